@@ -1,0 +1,209 @@
+"""`launch SPEC [OPTIONS] [-- COMMAND ARG...]`: run a distributed TensorFlow job.
+
+Exit status: 0 when the job succeeded, 1 when it failed, 2 for bad input (nothing started),
+128+N when interrupted by signal N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import shlex
+import sys
+from typing import Any
+
+from launcher.errors import UsageError
+
+SUBCOMMANDS = {
+    "report": "launcher.report",
+}
+MAX_PORT_RETRIES = 3
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="launch",
+        description="Run a distributed TensorFlow job (chief, workers, ps, evaluator) from one "
+                    "cluster spec: every task gets its TF_CONFIG, the job ends at max_steps, "
+                    "every ps is stopped and nothing is left running.",
+        epilog="COMMAND after -- replaces the spec's command. Other commands: "
+               "'launch report RUN_DIR' draws a run's loss and metrics.",
+    )
+    p.add_argument("spec", metavar="SPEC", help="the cluster spec (JSON)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print every task's address, TF_CONFIG, environment and command; "
+                        "start nothing")
+    p.add_argument("--json", action="store_true", help="with --dry-run: one JSON document")
+    p.add_argument("--local", action="store_true",
+                   help="run on this machine whatever the spec's backend, every host mapped "
+                        "to localhost")
+    p.add_argument("--run-dir", metavar="DIR",
+                   help="where logs, events and the summary go (default: spec's run_dir, "
+                        "else .tfcluster/runs/RUN_ID)")
+    p.add_argument("--quiet", "-q", action="store_true",
+                   help="do not stream the tasks' output (it is still kept in the run dir)")
+    p.add_argument("--retrain", action="store_true",
+                   help="train even when model_dir already holds a checkpoint at max_steps")
+    p.add_argument("--version", action="version", version="tfcluster 0.1.0")
+    return p
+
+
+def split_command(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """Options before ``--``, the command after it (None when there is no ``--``)."""
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1:]
+    return argv, None
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str] | None]:
+    options, command = split_command(argv)
+    args = _parser().parse_args(options)
+    if command is not None and not command:
+        raise UsageError("nothing after --: give the command to run, or leave out --")
+    if args.json and not args.dry_run:
+        raise UsageError("--json goes with --dry-run")
+    return args, command
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in SUBCOMMANDS:
+        module = importlib.import_module(SUBCOMMANDS[argv[0]])
+        return _guard(lambda: module.main(argv[1:]))
+    return _guard(lambda: run_cli(argv))
+
+
+def _guard(fn) -> int:
+    try:
+        return fn()
+    except UsageError as e:
+        print(f"launch: error: {e}", file=sys.stderr)
+        return e.exit_status
+    except KeyboardInterrupt:
+        print("launch: interrupted", file=sys.stderr)
+        return 130
+
+
+def run_cli(argv: list[str]) -> int:
+    from launcher.backends import backend_class
+    from launcher.errors import SpecError
+    from launcher.spec import load_spec
+
+    args, command = parse_args(argv)
+    spec = load_spec(args.spec)
+    backend_name = "local" if args.local else spec.backend
+    for section, raw in spec.backend_options.items():
+        backend_class(section).validate_options(raw, section)
+    cls = backend_class(backend_name)
+    backend = cls(spec, cls.validate_options(spec.backend_options.get(backend_name), backend_name))
+    if not (command or spec.command):
+        raise SpecError("command", "no command to run: set \"command\" in the spec or give it "
+                                   "after --", spec.source)
+    plan = make_plan(spec, backend, command)
+    if args.dry_run:
+        print(render_dry_run(plan, backend, as_json=args.json))
+        return 0
+    return execute(spec, backend, plan, command, args)
+
+
+def make_plan(spec, backend, command, run_id: str | None = None):
+    from launcher.tf_config import build_plan
+
+    return build_plan(spec, port_for=backend.allocate_port, host_for=backend.host_for,
+                      command=command, run_id=run_id)
+
+
+def render_dry_run(plan, backend, as_json: bool = False) -> str:
+    from launcher.redact import redact_env
+
+    tasks = []
+    for t in plan.tasks:
+        d = t.to_dict()
+        d["env"] = redact_env(t.env)
+        tasks.append(d)
+    extra = backend.describe(plan)
+    if as_json:
+        doc: dict[str, Any] = {"run_id": plan.run_id, "max_steps": plan.max_steps,
+                               "model_dir": plan.model_dir, "backend": backend.name,
+                               "tasks": tasks}
+        if extra is not None:
+            doc["rendered"] = extra
+        return json.dumps(doc, indent=2)
+    lines = [f"# job {plan.name}  run {plan.run_id}  backend {backend.name}  "
+             f"max_steps {plan.max_steps if plan.max_steps is not None else '(not set)'}",
+             f"# model_dir {plan.model_dir}"]
+    for t in tasks:
+        lines.append(f"{t['type']}:{t['index']}  {t['host']}:{t['port']}")
+        for key, value in t["env"].items():
+            lines.append(f"  {key}={shlex.quote(value)}")
+        lines.append(f"  command: {shlex.join(t['command'])}")
+        if t["cwd"]:
+            lines.append(f"  cwd: {t['cwd']}")
+    if extra:
+        lines += ["", extra]
+    return "\n".join(lines)
+
+
+def default_run_dir(spec, run_id: str) -> str:
+    base = spec.run_dir or os.path.join(".tfcluster", "runs")
+    return os.path.join(base, run_id)
+
+
+def monitors_for(spec, plan, backend, job_console, events) -> list:
+    """The monitors that watch a job (the coordinator, issue 3). None yet by default."""
+    return []
+
+
+def execute(spec, backend, plan, command, args) -> int:
+    from launcher.events import EventLog
+    from launcher.job import Console, Job, PortConflict, summary_table
+
+    run_dir = args.run_dir or default_run_dir(spec, plan.run_id)
+    os.makedirs(run_dir, exist_ok=True)
+    console = Console(quiet=args.quiet)
+    events = EventLog(os.path.join(run_dir, "events.jsonl"))
+    try:
+        backend.preflight(plan)
+        _write_plan(run_dir, plan)
+        for attempt in range(MAX_PORT_RETRIES + 1):
+            job = Job(plan, backend, run_dir, console, spec.timeouts,
+                      monitors_for(spec, plan, backend, console, events), events)
+            try:
+                result = job.run()
+                break
+            except PortConflict as e:
+                if attempt == MAX_PORT_RETRIES:
+                    raise
+                console.info(f"{e}; picking new ports and starting again")
+                events.write("port_conflict", message=str(e))
+                plan = make_plan(spec, backend, command, run_id=plan.run_id)
+                _write_plan(run_dir, plan)
+    finally:
+        backend.close()
+    table = summary_table(result.runs)
+    console.info(f"{result.reason} after {result.duration:.1f}s\n{table}")
+    with open(os.path.join(run_dir, "summary.json"), "w", encoding="utf-8") as f:
+        json.dump({"status": result.status, "reason": result.reason,
+                   "duration": round(result.duration, 3),
+                   "tasks": [{"task": r.name, "address": r.task.address, "exit": r.status,
+                              "stopped": r.stopped, "restarts": r.restarts,
+                              "duration": round(r.duration(), 3), "log": r.log_path}
+                             for r in result.runs]}, f, indent=2)
+    return result.status
+
+
+def _write_plan(run_dir: str, plan) -> None:
+    from launcher.redact import redact_env
+
+    doc = plan.to_dict()
+    for t in doc["tasks"]:
+        t["env"] = redact_env(t["env"])
+    with open(os.path.join(run_dir, "plan.json"), "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=2)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

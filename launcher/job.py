@@ -1,0 +1,349 @@
+"""The job loop: start the tasks, stream their output, decide the end, stop everything.
+
+Policy lives here, mechanism in the backends. The end of a job:
+- success when the primary task (chief, else master, else worker 0) exits 0, or when a
+  monitor (the coordinator) says max_steps is reached; then workers get ``timeouts.finish``
+  and the evaluator ``timeouts.evaluator`` to exit on their own, and every ps and leftover
+  task gets SIGTERM, then SIGKILL after ``timeouts.kill``;
+- failure when a task exits with an error (or a monitor says the job stalled): every task is
+  stopped and the failing task's last lines are shown;
+- Ctrl-C or SIGTERM to the launcher stops every task.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import IO, Callable, Protocol
+
+from launcher.backends.base import Backend, TaskHandle
+from launcher.events import EventLog
+from launcher.tf_config import JobPlan, TaskPlan
+
+TRAINERS = ("chief", "master", "worker")
+PORT_IN_USE = ("Address already in use", "Failed to add port", "bind: address")
+TAIL_LINES = 20
+
+
+@dataclass
+class TaskRun:
+    """Runtime state of one task."""
+
+    task: TaskPlan
+    log_path: str
+    handle: TaskHandle | None = None
+    started: float | None = None
+    ended: float | None = None
+    status: int | None = None
+    stopped: bool = False          # ended because the launcher stopped it
+    restarts: int = 0
+    tail: collections.deque = field(default_factory=lambda: collections.deque(maxlen=TAIL_LINES))
+    pump: threading.Thread | None = None
+
+    @property
+    def name(self) -> str:
+        return self.task.name
+
+    @property
+    def running(self) -> bool:
+        return self.handle is not None and self.status is None
+
+    def status_text(self) -> str:
+        if self.status is None:
+            return "running" if self.handle else "not started"
+        if self.status < 0:
+            try:
+                signame = signal.Signals(-self.status).name
+            except ValueError:
+                signame = f"signal {-self.status}"
+            return f"stopped ({signame})" if self.stopped else f"killed ({signame})"
+        return str(self.status)
+
+    def duration(self) -> float:
+        if self.started is None:
+            return 0.0
+        return (self.ended or time.monotonic()) - self.started
+
+
+@dataclass
+class Decision:
+    """What a monitor tells the job loop: ``finish`` (training is done) or ``fail``."""
+
+    action: str
+    reason: str
+
+
+class Monitor(Protocol):
+    """Watches the job (the coordinator does, through model_dir). ``tick`` is called on every
+    loop turn and must not block; slow work belongs in the monitor's own thread."""
+
+    def tick(self, job: Job) -> Decision | None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class JobResult:
+    status: int                 # the launcher's exit status
+    reason: str
+    runs: list[TaskRun]
+    duration: float
+
+
+class PortConflict(Exception):
+    """A task could not bind the port the launcher picked for it (a race with another
+    process): the caller re-plans with new ports and starts again."""
+
+
+class Console:
+    """Thread-safe output: tasks' lines on stdout with a prefix, the launcher's on stderr."""
+
+    def __init__(self, out: IO[str] | None = None, err: IO[str] | None = None,
+                 quiet: bool = False):
+        self.out = out or sys.stdout
+        self.err = err or sys.stderr
+        self.quiet = quiet
+        self.lock = threading.Lock()
+
+    def task_line(self, name: str, line: str) -> None:
+        if self.quiet:
+            return
+        with self.lock:
+            self.out.write(f"[{name}] {line}\n")
+            self.out.flush()
+
+    def info(self, message: str) -> None:
+        with self.lock:
+            self.err.write(f"tfcluster: {message}\n")
+            self.err.flush()
+
+
+class Job:
+    """One run of a plan on a backend."""
+
+    def __init__(self, plan: JobPlan, backend: Backend, run_dir: str, console: Console,
+                 timeouts: dict[str, float], monitors: list[Monitor] | None = None,
+                 events: EventLog | None = None):
+        self.plan = plan
+        self.backend = backend
+        self.run_dir = run_dir
+        self.console = console
+        self.timeouts = timeouts
+        self.monitors = list(monitors or [])
+        self.events = events or EventLog(os.path.join(run_dir, "events.jsonl"))
+        os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
+        self.runs = [TaskRun(t, os.path.join(run_dir, "logs", f"{t.type}-{t.index}.log"))
+                     for t in plan.tasks]
+        self.interrupted: int | None = None
+        self.started = time.monotonic()
+        self.training_done_at: float | None = None
+        self.status_hooks: list[Callable[[Job], None]] = []
+
+    # ------------------------------------------------------------------ queries
+    def run_of(self, type_: str, index: int = 0) -> TaskRun | None:
+        return next((r for r in self.runs if r.task.type == type_ and r.task.index == index),
+                    None)
+
+    @property
+    def primary(self) -> TaskRun:
+        for type_ in ("chief", "master", "worker"):
+            run = self.run_of(type_, 0)
+            if run is not None:
+                return run
+        raise ValueError("plan has no trainer")
+
+    def live(self) -> list[TaskRun]:
+        return [r for r in self.runs if r.running]
+
+    # ------------------------------------------------------------------ mechanics
+    def start_task(self, run: TaskRun) -> None:
+        mode = "ab" if run.restarts else "wb"
+        log = open(run.log_path, mode)  # noqa: SIM115 - closed by the pump thread
+        run.handle = self.backend.start(run.task)
+        run.started, run.ended, run.status, run.stopped = time.monotonic(), None, None, False
+        pid = run.handle.pid
+        self.events.write("task_started", task=run.name, address=run.task.address, pid=pid,
+                          restarts=run.restarts)
+        run.pump = threading.Thread(target=self._pump, args=(run, run.handle, log),
+                                    name=f"pump-{run.name}", daemon=True)
+        run.pump.start()
+
+    def _pump(self, run: TaskRun, handle: TaskHandle, log) -> None:
+        try:
+            stream = handle.output
+            if stream is None:
+                return
+            for raw in iter(stream.readline, b""):
+                log.write(raw)
+                log.flush()
+                line = raw.decode(errors="replace").rstrip("\r\n")
+                run.tail.append(line)
+                self.console.task_line(run.name, line)
+        except (OSError, ValueError):
+            pass
+        finally:
+            log.close()
+
+    def _reap(self) -> list[TaskRun]:
+        """Record tasks that ended since the last turn; return them."""
+        ended = []
+        for run in self.runs:
+            if run.running:
+                status = run.handle.poll()
+                if status is not None:
+                    run.status, run.ended = status, time.monotonic()
+                    self.events.write("task_exited", task=run.name, status=status,
+                                      stopped=run.stopped, duration=round(run.duration(), 3))
+                    ended.append(run)
+        return ended
+
+    def stop(self, runs: list[TaskRun], reason: str) -> None:
+        """SIGTERM, then SIGKILL after ``timeouts.kill``; wait until every one is gone."""
+        runs = [r for r in runs if r.running]
+        if not runs:
+            return
+        self.events.write("stopping", tasks=[r.name for r in runs], reason=reason)
+        for run in runs:
+            run.stopped = True
+            run.handle.terminate()
+        deadline = time.monotonic() + self.timeouts.get("kill", 5.0)
+        while any(r.running for r in runs) and time.monotonic() < deadline:
+            time.sleep(0.05)
+            self._reap()
+        for run in runs:
+            if run.running:
+                run.handle.kill()
+        while any(r.running for r in runs):
+            time.sleep(0.02)
+            self._reap()
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> JobResult:
+        previous = self._install_signal_handlers()
+        try:
+            return self._run()
+        finally:
+            self.stop(self.live(), "teardown")
+            for run in self.runs:
+                if run.pump is not None:
+                    run.pump.join(timeout=5)
+            for monitor in self.monitors:
+                monitor.close()
+            self._restore_signal_handlers(previous)
+
+    def _run(self) -> JobResult:
+        self.events.write("job_started", run_id=self.plan.run_id, tasks=len(self.runs))
+        for run in self.runs:
+            if self.interrupted:
+                break
+            self.start_task(run)
+        self.console.info(f"started {len(self.runs)} tasks; logs in {self.run_dir}/logs")
+        finishing_since: float | None = None
+        while True:
+            if self.interrupted:
+                name = signal.Signals(self.interrupted).name
+                return self._finish(128 + self.interrupted, f"interrupted by {name}")
+            for run in self._reap():
+                failure = self._judge_exit(run, finishing_since is not None)
+                if failure:
+                    return self._fail(run, failure)
+            for monitor in self.monitors:
+                decision = monitor.tick(self)
+                if decision is None:
+                    continue
+                if decision.action == "fail":
+                    return self._finish(1, decision.reason)
+                if decision.action == "finish" and finishing_since is None:
+                    self.console.info(decision.reason)
+                    finishing_since = time.monotonic()
+            primary = self.primary
+            if finishing_since is None and primary.status == 0:
+                finishing_since = time.monotonic()
+                self.console.info(f"{primary.name} finished; waiting for the others to end")
+            if finishing_since is not None:
+                self.training_done_at = self.training_done_at or finishing_since
+                if self._ended_well(finishing_since):
+                    return self._finish(0, "job succeeded")
+            for hook in self.status_hooks:
+                hook(self)
+            time.sleep(0.05)
+
+    def _judge_exit(self, run: TaskRun, finishing: bool) -> str | None:
+        """Why this exit fails the job, or None when it is fine."""
+        if run.stopped:
+            return None
+        if run.status != 0:
+            if finishing and run.task.type in TRAINERS and run.status < 0:
+                return None
+            if run.task.auto_port and any(m in line for line in run.tail for m in PORT_IN_USE):
+                raise PortConflict(f"{run.name} could not bind port {run.task.port}")
+            return f"{run.name} failed with exit status {run.status_text()}"
+        if run.task.type == "ps" and not finishing:
+            return f"{run.name} exited before training ended"
+        return None
+
+    def _ended_well(self, since: float) -> bool:
+        """After training: wait for trainers and the evaluator, then stop the rest."""
+        now = time.monotonic()
+        waiting = []
+        for run in self.live():
+            if run.task.type in TRAINERS and now - since < self.timeouts["finish"]:
+                waiting.append(run)
+            elif run.task.type == "evaluator" and now - since < self.timeouts["evaluator"]:
+                waiting.append(run)
+        if waiting:
+            return False
+        leftovers = self.live()
+        if leftovers:
+            self.stop(leftovers, "training ended")
+        return True
+
+    def _fail(self, run: TaskRun, reason: str) -> JobResult:
+        self.console.info(reason)
+        if run.tail:
+            self.console.info(f"last lines of {run.name} ({run.log_path}):")
+            for line in run.tail:
+                self.console.info(f"  | {line}")
+        return self._finish(1, reason)
+
+    def _finish(self, status: int, reason: str) -> JobResult:
+        self.stop(self.live(), reason)
+        result = JobResult(status, reason, self.runs, time.monotonic() - self.started)
+        self.events.write("job_ended", status=status, reason=reason,
+                          duration=round(result.duration, 3))
+        return result
+
+    # ------------------------------------------------------------------ signals
+    def _install_signal_handlers(self) -> dict:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+
+        def handler(signum, _frame):
+            if self.interrupted:
+                return
+            self.interrupted = signum
+
+        previous = {}
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            previous[sig] = signal.signal(sig, handler)
+        return previous
+
+    @staticmethod
+    def _restore_signal_handlers(previous: dict) -> None:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def summary_table(runs: list[TaskRun]) -> str:
+    """task, address, exit status, duration, log file: one row per task."""
+    rows = [("task", "address", "exit", "duration", "restarts", "log")]
+    for run in runs:
+        rows.append((run.name, run.task.address, run.status_text(), f"{run.duration():.1f}s",
+                     str(run.restarts), run.log_path))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)

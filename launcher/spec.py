@@ -1,0 +1,413 @@
+"""The cluster spec: parse and validate JSON into plain data, one clear error per mistake.
+
+Every error names the field (``cluster.worker[1]``) and what is wrong with it; broken JSON
+names the line and column. Unknown keys are errors: a typo must not be silently ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from launcher.errors import SpecError
+
+JOB_NAMES = ("chief", "master", "worker", "ps")
+ROLES = JOB_NAMES + ("evaluator",)
+BACKENDS = ("local", "ssh", "slurm", "kubernetes")
+TOP_LEVEL_KEYS = (
+    "name", "cluster", "evaluator", "command", "model_dir", "max_steps", "epochs", "examples",
+    "batch_size", "backend", "env", "workdir", "run_dir", "timeouts", "restart", "resources",
+    "check_storage", "ssh", "slurm", "kubernetes", "$schema", "description",
+)
+TIMEOUT_DEFAULTS = {
+    "start": 60.0,      # a task that cannot start in this time (remote checks, allocation)
+    "stall": 300.0,     # no new step or checkpoint for this long ends the job
+    "finish": 30.0,     # after the chief succeeded: wait this long for workers to exit
+    "evaluator": 120.0,  # after training ended: time for the evaluator's last evaluation
+    "kill": 5.0,        # SIGTERM to SIGKILL
+    "poll": 1.0,        # how often the coordinator looks at model_dir
+}
+RESTART_POLICIES = ("never", "on-failure", "always")
+RESOURCE_KEYS = ("cpus", "memory", "gpus", "partition", "time")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_HOST_RE = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?$")
+
+
+@dataclass(frozen=True)
+class Address:
+    """One task's address as the spec gives it; port None means "pick a free one"."""
+
+    host: str
+    port: int | None = None
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}" if self.port is not None else host
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    policy: str = "never"
+    max_restarts: int = 0
+    backoff: float = 1.0
+
+
+@dataclass
+class Spec:
+    """A validated cluster spec. Plain data: print it, diff it, build plans from it."""
+
+    name: str
+    cluster: dict[str, list[Address]]
+    command: list[str]
+    model_dir: str
+    evaluator: Address | None = None
+    max_steps: int | None = None
+    epochs: int | None = None
+    examples: int | None = None
+    batch_size: int | None = None
+    backend: str = "local"
+    env: dict[str, str] = field(default_factory=dict)
+    workdir: str | None = None
+    run_dir: str | None = None
+    timeouts: dict[str, float] = field(default_factory=lambda: dict(TIMEOUT_DEFAULTS))
+    restart: dict[str, RestartPolicy] = field(default_factory=dict)
+    resources: dict[str, dict[str, Any]] = field(default_factory=dict)
+    check_storage: bool = True
+    backend_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    source: str | None = None
+
+    @property
+    def trainers(self) -> list[tuple[str, int]]:
+        """The tasks that read training data, in shard order: chief (or master), then workers."""
+        order = [j for j in ("chief", "master", "worker") if j in self.cluster]
+        return [(j, i) for j in order for i in range(len(self.cluster[j]))]
+
+    @property
+    def synchronous(self) -> bool:
+        """No ps and several trainers: collective (MultiWorkerMirroredStrategy) training."""
+        return "ps" not in self.cluster and len(self.trainers) > 1
+
+
+def load_spec(path: str) -> Spec:
+    """Read and validate a spec file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise SpecError("", f"spec file not found: {path}") from None
+    except IsADirectoryError:
+        raise SpecError("", f"spec path is a directory, not a file: {path}") from None
+    except PermissionError:
+        raise SpecError("", f"spec file is not readable (permission denied): {path}") from None
+    except UnicodeDecodeError as e:
+        raise SpecError("", f"spec file is not UTF-8 text: {path} ({e.reason})") from None
+    return parse_spec(text, source=path)
+
+
+def parse_spec(text: str, source: str | None = None) -> Spec:
+    """Parse JSON text into a Spec; raise SpecError naming the problem."""
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SpecError(
+            "", f"invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}", source
+        ) from None
+    try:
+        return validate(raw, source)
+    except SpecError as e:
+        if e.source is None and source is not None:
+            raise SpecError(e.field, e.message, source) from None
+        raise
+
+
+def _fail(field_name: str, message: str) -> SpecError:
+    return SpecError(field_name, message)
+
+
+def _type_name(value: Any) -> str:
+    return {
+        bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+        list: "a list", dict: "an object", type(None): "null",
+    }.get(type(value), type(value).__name__)
+
+
+def check_keys(obj: dict, allowed: tuple[str, ...] | list[str], where: str) -> None:
+    """Unknown keys are errors; name the first one and the keys that are allowed."""
+    for key in obj:
+        if key not in allowed:
+            prefix = f"{where}." if where else ""
+            raise _fail(
+                f"{prefix}{key}", f"unknown key (allowed: {', '.join(sorted(allowed))})"
+            )
+
+
+def expect_dict(value: Any, where: str) -> dict:
+    if not isinstance(value, dict):
+        raise _fail(where, f"must be an object, got {_type_name(value)}")
+    return value
+
+
+def expect_str(value: Any, where: str, allow_empty: bool = False) -> str:
+    if not isinstance(value, str):
+        raise _fail(where, f"must be a string, got {_type_name(value)}")
+    if not allow_empty and not value.strip():
+        raise _fail(where, "must not be empty")
+    return value
+
+
+def expect_int(value: Any, where: str, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _fail(where, f"must be an integer, got {_type_name(value)}")
+    if value < minimum:
+        raise _fail(where, f"must be at least {minimum}, got {value}")
+    return value
+
+
+def expect_number(value: Any, where: str, minimum: float = 0.0) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _fail(where, f"must be a number, got {_type_name(value)}")
+    if value < minimum or value != value:
+        raise _fail(where, f"must be at least {minimum}, got {value}")
+    return float(value)
+
+
+def expect_bool(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise _fail(where, f"must be true or false, got {_type_name(value)}")
+    return value
+
+
+def expect_argv(value: Any, where: str) -> list[str]:
+    if not isinstance(value, list) or not value:
+        raise _fail(where, "must be a non-empty list of strings (the program and its arguments)")
+    for i, arg in enumerate(value):
+        if not isinstance(arg, str):
+            raise _fail(f"{where}[{i}]", f"must be a string, got {_type_name(arg)}")
+        if "\x00" in arg:
+            raise _fail(f"{where}[{i}]", "must not contain a NUL character")
+    if not value[0].strip():
+        raise _fail(f"{where}[0]", "the program name must not be empty")
+    return list(value)
+
+
+def parse_address(value: Any, where: str) -> Address:
+    """'host', 'host:port' or '[v6]:port'."""
+    text = expect_str(value, where)
+    if text != text.strip():
+        raise _fail(where, f"address {text!r} has leading or trailing spaces")
+    host, port_text = text, None
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0:
+            raise _fail(where, f"address {text!r} has '[' without ']'")
+        host, rest = text[1:end], text[end + 1:]
+        if rest:
+            if not rest.startswith(":"):
+                raise _fail(where, f"address {text!r}: expected ':PORT' after ']'")
+            port_text = rest[1:]
+    elif text.count(":") == 1:
+        host, port_text = text.split(":")
+    elif text.count(":") > 1:
+        raise _fail(where, f"address {text!r}: write IPv6 addresses as [ADDR]:PORT")
+    if not host or (":" not in host and not _HOST_RE.match(host)):
+        raise _fail(where, f"address {text!r} has an invalid host name")
+    port = None
+    if port_text is not None:
+        if not port_text.isdigit():
+            raise _fail(where, f"address {text!r}: port {port_text!r} is not a number")
+        port = int(port_text)
+        if not 1 <= port <= 65535:
+            raise _fail(where, f"address {text!r}: port {port} is outside 1-65535")
+    return Address(host, port)
+
+
+def _parse_cluster(raw: Any) -> dict[str, list[Address]]:
+    cluster = expect_dict(raw, "cluster")
+    if not cluster:
+        raise _fail("cluster", "must name at least one job (chief, worker, ps)")
+    out: dict[str, list[Address]] = {}
+    for job, value in cluster.items():
+        where = f"cluster.{job}"
+        if job == "evaluator":
+            raise _fail(where, "the evaluator is given apart from cluster, as the top-level "
+                               "key \"evaluator\" (TensorFlow keeps it outside the cluster)")
+        if job not in JOB_NAMES:
+            raise _fail(where, f"unknown job name (allowed: {', '.join(JOB_NAMES)})")
+        if isinstance(value, bool) or not isinstance(value, (int, list)):
+            raise _fail(where, "must be a list of addresses or a count of tasks on localhost, "
+                               f"got {_type_name(value)}")
+        if isinstance(value, int):
+            if value < 1:
+                raise _fail(where, f"task count must be at least 1, got {value}")
+            if value > 4096:
+                raise _fail(where, f"task count {value} is more than 4096")
+            out[job] = [Address("localhost") for _ in range(value)]
+        else:
+            if not value:
+                raise _fail(where, "must list at least one address (leave the job out instead)")
+            out[job] = [parse_address(a, f"{where}[{i}]") for i, a in enumerate(value)]
+    for job in ("chief", "master"):
+        if job in out and len(out[job]) > 1:
+            raise _fail(f"cluster.{job}", f"at most one {job} task, got {len(out[job])}")
+    if "master" in out and "chief" in out:
+        raise _fail("cluster.master", "legacy 'master' cannot be used together with 'chief'")
+    if not any(j in out for j in ("chief", "master", "worker")):
+        raise _fail("cluster", "needs a task that trains: chief, master or worker")
+    return out
+
+
+def _check_duplicates(cluster: dict[str, list[Address]], evaluator: Address | None) -> None:
+    seen: dict[tuple[str, int], str] = {}
+    entries = [(f"cluster.{j}[{i}]", a) for j, addrs in cluster.items() for i, a in
+               enumerate(addrs)]
+    if evaluator is not None:
+        entries.append(("evaluator", evaluator))
+    for where, addr in entries:
+        if addr.port is None:
+            continue
+        key = (addr.host.lower(), addr.port)
+        if key in seen:
+            raise _fail(where, f"address {addr} is already used by {seen[key]}")
+        seen[key] = where
+
+
+def _parse_restart(raw: Any) -> dict[str, RestartPolicy]:
+    restart = expect_dict(raw, "restart")
+    check_keys(restart, ROLES, "restart")
+    out = {}
+    for role, value in restart.items():
+        where = f"restart.{role}"
+        if isinstance(value, str):
+            value = {"policy": value}
+        pol = expect_dict(value, where)
+        check_keys(pol, ("policy", "max_restarts", "backoff"), where)
+        policy = expect_str(pol.get("policy", "on-failure"), f"{where}.policy")
+        if policy not in RESTART_POLICIES:
+            raise _fail(f"{where}.policy", f"must be one of {', '.join(RESTART_POLICIES)}, "
+                                           f"got {policy!r}")
+        default_max = 0 if policy == "never" else 3
+        max_restarts = expect_int(pol.get("max_restarts", default_max), f"{where}.max_restarts",
+                                  minimum=0)
+        backoff = expect_number(pol.get("backoff", 1.0), f"{where}.backoff")
+        out[role] = RestartPolicy(policy, max_restarts, backoff)
+    return out
+
+
+def _parse_resources(raw: Any) -> dict[str, dict[str, Any]]:
+    resources = expect_dict(raw, "resources")
+    check_keys(resources, ("default",) + ROLES, "resources")
+    out = {}
+    for role, value in resources.items():
+        where = f"resources.{role}"
+        res = expect_dict(value, where)
+        check_keys(res, RESOURCE_KEYS, where)
+        clean: dict[str, Any] = {}
+        for key in ("cpus", "gpus"):
+            if key in res:
+                clean[key] = expect_int(res[key], f"{where}.{key}", minimum=0)
+        for key in ("memory", "partition", "time"):
+            if key in res:
+                clean[key] = expect_str(res[key], f"{where}.{key}")
+        if "memory" in clean and not re.match(r"^\d+(\.\d+)?([KMGT]i?)?$", clean["memory"]):
+            raise _fail(f"{where}.memory", f"must look like '4G', '512M' or '2Gi', got "
+                                           f"{clean['memory']!r}")
+        out[role] = clean
+    return out
+
+
+def validate(raw: Any, source: str | None = None) -> Spec:
+    """Validate a decoded JSON document; return a Spec."""
+    spec_obj = expect_dict(raw, "spec")
+    check_keys(spec_obj, TOP_LEVEL_KEYS, "")
+    if "cluster" not in spec_obj:
+        raise _fail("cluster", "is required (job name to a list of addresses)")
+    cluster = _parse_cluster(spec_obj["cluster"])
+
+    evaluator = None
+    if spec_obj.get("evaluator") is not None:
+        evaluator = parse_address(spec_obj["evaluator"], "evaluator")
+        if "master" in cluster:
+            raise _fail("evaluator", "legacy 'master' cannot be used together with an evaluator")
+    _check_duplicates(cluster, evaluator)
+
+    default_name = os.path.splitext(os.path.basename(source))[0] if source else "job"
+    name = expect_str(spec_obj.get("name", default_name), "name")
+    if not _NAME_RE.match(name):
+        raise _fail("name", f"{name!r} must be letters, digits, '_', '.', '-' (at most 63)")
+
+    command = []
+    if "command" in spec_obj:
+        command = expect_argv(spec_obj["command"], "command")
+
+    if "model_dir" not in spec_obj:
+        raise _fail("model_dir", "is required (a path or fsspec URL shared by every task)")
+    model_dir = expect_str(spec_obj["model_dir"], "model_dir")
+
+    max_steps = None
+    if spec_obj.get("max_steps") is not None:
+        max_steps = expect_int(spec_obj["max_steps"], "max_steps")
+    epoch_keys = [k for k in ("epochs", "examples", "batch_size") if spec_obj.get(k) is not None]
+    epochs = examples = batch_size = None
+    if epoch_keys:
+        if max_steps is not None:
+            raise _fail(epoch_keys[0], "give either max_steps or epochs/examples/batch_size, "
+                                       "not both")
+        missing = [k for k in ("epochs", "examples", "batch_size") if k not in epoch_keys]
+        if missing:
+            raise _fail(missing[0], f"is required together with {', '.join(epoch_keys)} "
+                                    "(max_steps is derived from epochs, examples, batch_size)")
+        epochs = expect_int(spec_obj["epochs"], "epochs")
+        examples = expect_int(spec_obj["examples"], "examples")
+        batch_size = expect_int(spec_obj["batch_size"], "batch_size")
+
+    backend = expect_str(spec_obj.get("backend", "local"), "backend")
+    if backend not in BACKENDS:
+        raise _fail("backend", f"unknown backend {backend!r} (allowed: {', '.join(BACKENDS)})")
+
+    env: dict[str, str] = {}
+    if "env" in spec_obj:
+        for key, value in expect_dict(spec_obj["env"], "env").items():
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+                raise _fail(f"env.{key}", "is not a valid environment variable name")
+            if key == "TF_CONFIG" or key.startswith("TFCLUSTER_"):
+                raise _fail(f"env.{key}", "is set by tfcluster for every task; do not set it")
+            env[key] = expect_str(value, f"env.{key}", allow_empty=True)
+
+    timeouts = dict(TIMEOUT_DEFAULTS)
+    if "timeouts" in spec_obj:
+        given = expect_dict(spec_obj["timeouts"], "timeouts")
+        check_keys(given, tuple(TIMEOUT_DEFAULTS), "timeouts")
+        for key, value in given.items():
+            timeouts[key] = expect_number(value, f"timeouts.{key}")
+        if timeouts["poll"] <= 0:
+            raise _fail("timeouts.poll", "must be greater than 0")
+
+    backend_options = {}
+    for section in ("ssh", "slurm", "kubernetes"):
+        if section in spec_obj:
+            backend_options[section] = expect_dict(spec_obj[section], section)
+
+    return Spec(
+        name=name,
+        cluster=cluster,
+        command=command,
+        model_dir=model_dir,
+        evaluator=evaluator,
+        max_steps=max_steps,
+        epochs=epochs,
+        examples=examples,
+        batch_size=batch_size,
+        backend=backend,
+        env=env,
+        workdir=expect_str(spec_obj["workdir"], "workdir") if "workdir" in spec_obj else None,
+        run_dir=expect_str(spec_obj["run_dir"], "run_dir") if "run_dir" in spec_obj else None,
+        timeouts=timeouts,
+        restart=_parse_restart(spec_obj["restart"]) if "restart" in spec_obj else {},
+        resources=_parse_resources(spec_obj["resources"]) if "resources" in spec_obj else {},
+        check_storage=expect_bool(spec_obj.get("check_storage", True), "check_storage"),
+        backend_options=backend_options,
+        source=source,
+    )

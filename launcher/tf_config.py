@@ -1,0 +1,147 @@
+"""The job plan: one TF_CONFIG, environment and command per task, as plain data."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable
+
+from launcher.spec import Address, Spec
+from orchestrator.steps import derive_max_steps
+
+START_ORDER = ("ps", "chief", "master", "worker", "evaluator")
+
+
+@dataclass
+class TaskPlan:
+    """Everything needed to start one task, on whatever backend."""
+
+    type: str
+    index: int
+    host: str
+    port: int
+    command: list[str]
+    env: dict[str, str]
+    cwd: str | None = None
+    auto_port: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.type}:{self.index}"
+
+    @property
+    def address(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    def to_dict(self) -> dict:
+        return {"type": self.type, "index": self.index, "host": self.host, "port": self.port,
+                "command": self.command, "env": self.env, "cwd": self.cwd}
+
+
+@dataclass
+class JobPlan:
+    """The whole job: tasks in start order, and what the job loop needs to end it well."""
+
+    run_id: str
+    name: str
+    model_dir: str
+    max_steps: int | None
+    tasks: list[TaskPlan] = field(default_factory=list)
+
+    def task(self, type_: str, index: int = 0) -> TaskPlan:
+        return next(t for t in self.tasks if t.type == type_ and t.index == index)
+
+    def to_dict(self) -> dict:
+        return {"run_id": self.run_id, "name": self.name, "model_dir": self.model_dir,
+                "max_steps": self.max_steps, "tasks": [t.to_dict() for t in self.tasks]}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+
+def max_steps_of(spec: Spec) -> int | None:
+    """max_steps as given, or derived from epochs/examples/batch_size and the trainers."""
+    if spec.max_steps is not None:
+        return spec.max_steps
+    if spec.epochs is None or spec.examples is None or spec.batch_size is None:
+        return None
+    return derive_max_steps(spec.epochs, spec.examples, spec.batch_size,
+                            num_shards=len(spec.trainers), synchronous=spec.synchronous)
+
+
+def new_run_id(name: str) -> str:
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+def tf_config(cluster: dict[str, list[str]], task_type: str, index: int) -> str:
+    """TF_CONFIG for one task: the evaluator stays outside the cluster, as TensorFlow expects."""
+    return json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}},
+                      separators=(",", ":"))
+
+
+def build_plan(
+    spec: Spec,
+    port_for: Callable[[str], int],
+    host_for: Callable[[str], str] = lambda h: h,
+    command: list[str] | None = None,
+    run_id: str | None = None,
+    base_env: dict[str, str] | None = None,
+) -> JobPlan:
+    """Resolve hosts and ports and give every task its TF_CONFIG, environment and command.
+
+    ``host_for`` maps a spec host to the address tasks use (``--local`` maps all to
+    localhost); ``port_for(host)`` picks a free port for an address without one.
+    """
+    run_id = run_id or new_run_id(spec.name)
+    max_steps = max_steps_of(spec)
+    argv = list(command or spec.command)
+    if not argv:
+        raise ValueError("no command: give one in the spec or after --")
+
+    def resolve(addr: Address) -> tuple[str, int, bool]:
+        host = host_for(addr.host)
+        if addr.port is not None:
+            return host, addr.port, False
+        return host, port_for(host), True
+
+    roles: list[tuple[str, int, Address]] = [
+        (job, i, a) for job in START_ORDER if job in spec.cluster
+        for i, a in enumerate(spec.cluster[job])
+    ]
+    if spec.evaluator is not None:
+        roles.append(("evaluator", 0, spec.evaluator))
+    resolved = {(job, i): resolve(a) for job, i, a in roles}
+
+    def fmt(host: str, port: int) -> str:
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+    cluster = {job: [fmt(*resolved[(job, i)][:2]) for i in range(len(spec.cluster[job]))]
+               for job in spec.cluster}
+    shard_of = {t: n for n, t in enumerate(spec.trainers)}
+
+    tasks = []
+    for job, i, _ in roles:
+        host, port, auto = resolved[(job, i)]
+        env = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
+        env.update(base_env or {})
+        env.update(spec.env)
+        env.update({
+            "TF_CONFIG": tf_config(cluster, job, i),
+            "TFCLUSTER_RUN_ID": run_id,
+            "TFCLUSTER_MODEL_DIR": spec.model_dir,
+            "TFCLUSTER_TASK": f"{job}:{i}",
+        })
+        if max_steps is not None:
+            env["TFCLUSTER_MAX_STEPS"] = str(max_steps)
+        if (job, i) in shard_of:
+            env["TFCLUSTER_SHARD_INDEX"] = str(shard_of[(job, i)])
+            env["TFCLUSTER_NUM_SHARDS"] = str(len(spec.trainers))
+        if spec.epochs is not None:
+            env["TFCLUSTER_EPOCHS"] = str(spec.epochs)
+            env["TFCLUSTER_EXAMPLES"] = str(spec.examples)
+            env["TFCLUSTER_BATCH_SIZE"] = str(spec.batch_size)
+        tasks.append(TaskPlan(job, i, host, port, list(argv), env, spec.workdir, auto))
+    return JobPlan(run_id, spec.name, spec.model_dir, max_steps, tasks)
+

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Sets up everything tfcluster and its tests need, on a fresh Debian/Ubuntu machine.
+#   .venv      TensorFlow 2.15 (Estimator) + tfcluster + test tools; the launcher runs here
+#   .venv-tf2  TensorFlow 2.21 (ParameterServerStrategy, MultiWorkerMirroredStrategy)
+# Idempotent: a second run only checks. SETUP_APT=0 skips the system packages.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+
+if [[ ${SETUP_APT:-1} == 1 && $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+  need=()
+  for pkg in openssh-server openssh-client slurm-wlm munge iproute2 procps psmisc; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+  done
+  if ((${#need[@]})); then
+    echo "setup: installing system packages: ${need[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  fi
+fi
+
+pipq() { "$@" 2>&1 | grep -v -E "is ignored: it is neither|BuildBackendWarning" || true; }
+
+if [[ ! -x .venv/bin/python ]] || ! .venv/bin/python -c "import tensorflow_estimator, pytest, s3fs" 2>/dev/null; then
+  echo "setup: .venv (TensorFlow 2.15, tfcluster, test tools)"
+  "$PY" -m venv .venv
+  pipq .venv/bin/pip install -q "tensorflow-cpu==2.15.1"
+fi
+pipq .venv/bin/pip install -q -e ".[dev]"
+.venv/bin/python -c "import tensorflow_estimator, pytest, s3fs, launcher" || { echo "setup: .venv is broken" >&2; exit 1; }
+
+if [[ ! -x .venv-tf2/bin/python ]] || ! .venv-tf2/bin/python -c "import tf_keras" 2>/dev/null; then
+  echo "setup: .venv-tf2 (TensorFlow 2.21)"
+  "$PY" -m venv .venv-tf2
+  pipq .venv-tf2/bin/pip install -q "tensorflow-cpu==2.21.0" fsspec psutil
+  pipq .venv-tf2/bin/pip install -q --no-deps "tf-keras==2.21.0"
+fi
+pipq .venv-tf2/bin/pip install -q --no-deps -e .
+.venv-tf2/bin/python -c "import tf_keras, orchestrator" || { echo "setup: .venv-tf2 is broken" >&2; exit 1; }
+echo "setup: done (activate with: . .venv/bin/activate)"
