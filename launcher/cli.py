@@ -184,7 +184,8 @@ def execute(spec, backend, plan, command, args) -> int:
     finally:
         backend.close()
     table = summary_table(result.runs)
-    console.info(f"{result.reason} after {result.duration:.1f}s\n{table}")
+    verdict = "succeeded" if result.status == 0 else f"FAILED (exit status {result.status})"
+    console.info(f"job {verdict} after {result.duration:.1f}s: {result.reason}\n{table}")
     with open(os.path.join(run_dir, "summary.json"), "w", encoding="utf-8") as f:
         json.dump({"status": result.status, "reason": result.reason,
                    "duration": round(result.duration, 3),

@@ -268,7 +268,7 @@ class Job:
             if finishing_since is not None:
                 self.training_done_at = self.training_done_at or finishing_since
                 if self._ended_well(finishing_since):
-                    return self._finish(0, "job succeeded")
+                    return self._finish(0, "training finished and every task ended")
             for hook in self.status_hooks:
                 hook(self)
             time.sleep(0.05)

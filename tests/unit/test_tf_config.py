@@ -1,0 +1,80 @@
+"""The job plan: TF_CONFIG, shard variables and environment for every task."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+from launcher.spec import parse_spec
+from launcher.tf_config import build_plan
+
+
+def plan_of(doc: dict, **kwargs):
+    ports = itertools.count(40000)
+    return build_plan(parse_spec(json.dumps(doc)), port_for=lambda host: next(ports), **kwargs)
+
+
+BASE = {"cluster": {"chief": 1, "worker": 2, "ps": ["localhost:2223"]},
+        "evaluator": "localhost", "command": ["python", "t.py"], "model_dir": "m",
+        "max_steps": 100}
+
+
+def test_every_task_gets_its_own_tf_config():
+    plan = plan_of(BASE)
+    assert [t.name for t in plan.tasks] == ["ps:0", "chief:0", "worker:0", "worker:1",
+                                            "evaluator:0"]
+    configs = {t.name: json.loads(t.env["TF_CONFIG"]) for t in plan.tasks}
+    cluster = configs["chief:0"]["cluster"]
+    assert cluster["ps"] == ["localhost:2223"]
+    assert len(cluster["worker"]) == 2 and "evaluator" not in cluster
+    assert configs["worker:1"]["task"] == {"type": "worker", "index": 1}
+    assert configs["evaluator:0"]["task"] == {"type": "evaluator", "index": 0}
+    assert all(c["cluster"] == cluster for c in configs.values())
+    ports = [t.port for t in plan.tasks]
+    assert len(set(ports)) == len(ports)
+
+
+def test_shards_chief_first_then_workers():
+    plan = plan_of(BASE)
+    shards = {t.name: (t.env.get("TFCLUSTER_SHARD_INDEX"), t.env.get("TFCLUSTER_NUM_SHARDS"))
+              for t in plan.tasks}
+    assert shards == {"ps:0": (None, None), "chief:0": ("0", "3"), "worker:0": ("1", "3"),
+                      "worker:1": ("2", "3"), "evaluator:0": (None, None)}
+
+
+def test_run_environment():
+    plan = plan_of({**BASE, "env": {"FOO": "bar baz"}}, run_id="r1")
+    env = plan.task("worker", 1).env
+    assert env["TFCLUSTER_RUN_ID"] == "r1"
+    assert env["TFCLUSTER_MODEL_DIR"] == "m"
+    assert env["TFCLUSTER_MAX_STEPS"] == "100"
+    assert env["FOO"] == "bar baz"
+
+
+def test_max_steps_derived_from_epochs_counts_each_example_epochs_times():
+    doc = {**BASE, "epochs": 2, "examples": 1000, "batch_size": 100}
+    del doc["max_steps"]
+    plan = plan_of(doc)
+    # 3 trainers, shards of 334/333/333 examples, 2 epochs each, batches of 100:
+    # ceil(668/100) + ceil(666/100) * 2 = 7 + 7 + 7, not 3 x 20.
+    assert plan.max_steps == 21
+    assert plan.task("chief").env["TFCLUSTER_MAX_STEPS"] == "21"
+
+
+def test_no_max_steps_means_no_variable():
+    doc = dict(BASE)
+    del doc["max_steps"]
+    assert "TFCLUSTER_MAX_STEPS" not in plan_of(doc).task("chief").env
+
+
+def test_legacy_master_is_kept_as_master():
+    plan = plan_of({"cluster": {"master": 1, "worker": 1}, "command": ["x"], "model_dir": "m"})
+    assert json.loads(plan.task("master").env["TF_CONFIG"])["cluster"].keys() == {"master",
+                                                                                  "worker"}
+
+
+def test_local_mapping_rewrites_hosts():
+    plan = plan_of({**BASE, "cluster": {"chief": ["h1"], "ps": ["h2:2222"]}},
+                   host_for=lambda h: "localhost")
+    assert {t.host for t in plan.tasks} == {"localhost"}
+    assert plan.task("ps").port == 2222
