@@ -102,6 +102,8 @@ def run_cli(argv: list[str]) -> int:
     if not (command or spec.command):
         raise SpecError("command", "no command to run: set \"command\" in the spec or give it "
                                    "after --", spec.source)
+    if not args.dry_run:
+        backend.prepare()
     plan = make_plan(spec, backend, command)
     if args.dry_run:
         print(render_dry_run(plan, backend, as_json=args.json))

@@ -88,6 +88,10 @@ class Backend(ABC):
     def start(self, task: TaskPlan) -> TaskHandle:
         """Start one task; its process runs in a process group of its own."""
 
+    def prepare(self) -> None:
+        """Acquire what the plan depends on, before it is built (a Slurm allocation: its
+        nodes are the tasks' hosts). Not called for ``--dry-run``; ``close`` releases it."""
+
     def describe(self, plan: JobPlan) -> str | None:
         """What ``--dry-run`` prints besides the task list (a batch script, YAML)."""
         return None
