@@ -1,0 +1,150 @@
+"""A small Estimator job for the evaluation tests (TF 2.15), one script for every task.
+
+    python estimator_job.py                    # a task of a `launch` job (TF_CONFIG)
+    python estimator_job.py verify MODEL_DIR   # fresh evaluate of every checkpoint: JSON
+    python estimator_job.py export MODEL_DIR EXPORT_BASE CSV  # SavedModel + data file
+
+Trainers run train_and_evaluate; the evaluator runs orchestrator.evaluation's helper on
+the eval data and a sample of the training data.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import sys
+
+import numpy as np
+
+FEATURES = ("x0", "x1", "x2", "x3")
+BATCH = 32
+TRAIN_EVAL_STEPS = 4
+
+
+def make_data(n: int, seed: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """A noisy linear problem: true accuracy well below 1, so metrics move with training."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, len(FEATURES))).astype(np.float32)
+    logits = x @ np.array([1.5, -2.0, 0.7, 0.0], dtype=np.float32) + 0.3
+    y = (rng.random(n) < 1 / (1 + np.exp(-logits))).astype(np.int64)
+    return {name: x[:, i] for i, name in enumerate(FEATURES)}, y
+
+
+def input_fn(split: str, repeat: bool):
+    import tensorflow as tf
+
+    def fn():
+        features, labels = make_data(2000, 1) if split == "train" else make_data(500, 2)
+        ds = tf.data.Dataset.from_tensor_slices((features, labels))
+        if split == "train":
+            shard = int(os.environ.get("TFCLUSTER_SHARD_INDEX", "0"))
+            shards = int(os.environ.get("TFCLUSTER_NUM_SHARDS", "1"))
+            ds = ds.shard(shards, shard)
+        if repeat:
+            ds = ds.shuffle(500, seed=3).repeat()
+        return ds.batch(BATCH)
+
+    return fn
+
+
+def estimator(model_dir: str):
+    import tensorflow as tf
+
+    columns = [tf.feature_column.numeric_column(name) for name in FEATURES]
+    config = tf.estimator.RunConfig(
+        model_dir=model_dir,
+        save_checkpoints_steps=int(os.environ.get("JOB_SAVE_STEPS", "40")),
+        keep_checkpoint_max=int(os.environ.get("JOB_KEEP", "100")),
+        save_summary_steps=10,
+        log_step_count_steps=50,
+        experimental_max_worker_delay_secs=0,
+    )
+    return tf.estimator.LinearClassifier(
+        columns, config=config, optimizer=lambda: tf.keras.optimizers.legacy.SGD(0.05))
+
+
+def SlowSteps(seconds: float):
+    """A hook that sleeps after each step: more checkpoints for the evaluator to see."""
+    import time
+
+    import tensorflow as tf
+
+    class Hook(tf.estimator.SessionRunHook):
+        def after_run(self, run_context, run_values):
+            time.sleep(seconds)
+
+    return Hook()
+
+
+def run_task() -> None:
+    import tensorflow as tf
+
+    from orchestrator.evaluation import evaluate_estimator_checkpoints
+
+    model_dir = os.environ["TFCLUSTER_MODEL_DIR"]
+    est = estimator(model_dir)
+    task = json.loads(os.environ["TF_CONFIG"])["task"]["type"]
+    if task == "evaluator":
+        outcome = evaluate_estimator_checkpoints(
+            est, input_fn("eval", repeat=False), input_fn("train", repeat=False),
+            train_steps=TRAIN_EVAL_STEPS, poll_secs=0.5, idle_timeout=240)
+        print(f"evaluator done: {outcome.reason}, {len(outcome.records)} lines, "
+              f"skipped {len(outcome.skipped)}", flush=True)
+        return
+    max_steps = int(os.environ["TFCLUSTER_MAX_STEPS"])
+    hooks = [SlowSteps(float(os.environ.get("JOB_STEP_SLEEP", "0")))]
+    tf.estimator.train_and_evaluate(
+        est, tf.estimator.TrainSpec(input_fn("train", repeat=True), max_steps=max_steps,
+                                    hooks=hooks),
+        tf.estimator.EvalSpec(input_fn("eval", repeat=False), steps=None))
+
+
+def verify(model_dir: str) -> None:
+    """Evaluate every checkpoint named in the metrics file afresh, in a new process."""
+    import tensorflow as tf
+
+    from orchestrator.metrics_file import read_metrics
+
+    tf.get_logger().setLevel("ERROR")
+    est = estimator(model_dir)
+    out = []
+    for record in read_metrics(model_dir):
+        if not tf.io.gfile.exists(record.checkpoint + ".index"):
+            continue
+        fn, steps = ((input_fn("eval", False), None) if record.split == "eval"
+                     else (input_fn("train", False), TRAIN_EVAL_STEPS))
+        results = est.evaluate(fn, steps=steps, checkpoint_path=record.checkpoint,
+                               name=f"verify_{record.split}")
+        out.append({"checkpoint": record.checkpoint, "split": record.split,
+                    "step": int(results["global_step"]),
+                    "metrics": {k: float(v) for k, v in results.items() if k != "global_step"}})
+    print(json.dumps(out))
+
+
+def export(model_dir: str, export_base: str, csv_path: str) -> None:
+    """Export the newest checkpoint as a SavedModel (tf.Example parsing signature) and
+    write the eval data as CSV (header x0..x3,label)."""
+    import tensorflow as tf
+
+    est = estimator(model_dir)
+    columns = [tf.feature_column.numeric_column(name) for name in FEATURES]
+    spec = tf.feature_column.make_parse_example_spec(columns)
+    receiver = tf.estimator.export.build_parsing_serving_input_receiver_fn(spec)
+    path = est.export_saved_model(export_base, receiver)
+    features, labels = make_data(500, 2)
+    with open(csv_path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow([*FEATURES, "label"])
+        for i in range(len(labels)):
+            w.writerow([*(repr(float(features[n][i])) for n in FEATURES), int(labels[i])])
+    print(path.decode() if isinstance(path, bytes) else path)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "verify":
+        verify(sys.argv[2])
+    elif len(sys.argv) > 1 and sys.argv[1] == "export":
+        export(sys.argv[2], sys.argv[3], sys.argv[4])
+    else:
+        run_task()
