@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import uuid
+import os
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -72,7 +72,7 @@ def max_steps_of(spec: Spec) -> int | None:
 
 
 def new_run_id(name: str) -> str:
-    return f"{name}-{uuid.uuid4().hex[:8]}"
+    return f"{name}-{os.urandom(4).hex()}"
 
 
 def tf_config(cluster: dict[str, list[str]], task_type: str, index: int) -> str:

@@ -1,0 +1,45 @@
+"""The spec's JSON Schema agrees with the parser on the example specs and on typical
+mistakes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from launcher.errors import SpecError
+from launcher.spec import parse_spec
+
+SPECS = Path(__file__).resolve().parents[2] / "cluster_specs"
+SCHEMA = json.loads((SPECS / "schema.json").read_text())
+VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+
+
+def test_schema_is_valid():
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+
+
+@pytest.mark.parametrize("path", sorted(p for p in SPECS.glob("*.json") if p.name != "schema.json"),
+                         ids=lambda p: p.name)
+def test_example_specs_pass_schema_and_parser(path):
+    doc = json.loads(path.read_text())
+    VALIDATOR.validate(doc)
+    parse_spec(path.read_text(), source=str(path))
+
+
+@pytest.mark.parametrize("doc", [
+    {"cluster": {"chief": 2}, "model_dir": "m"},
+    {"cluster": {"chief": 1, "master": 1}, "model_dir": "m"},
+    {"cluster": {"ps": 1}, "model_dir": "m"},
+    {"cluster": {"worker": 1}, "model_dir": "m", "epochs": 1},
+    {"cluster": {"worker": 1}, "model_dir": "m", "evalutor": "x"},
+    {"cluster": {"worker": ["host:port"]}, "model_dir": "m"},
+    {"cluster": {"worker": 1}, "model_dir": "m", "env": {"TF_CONFIG": "{}"}},
+    {"cluster": {"worker": 1}},
+])
+def test_schema_and_parser_both_refuse(doc):
+    assert not VALIDATOR.is_valid(doc)
+    with pytest.raises(SpecError):
+        parse_spec(json.dumps(doc))
