@@ -165,3 +165,18 @@ def test_no_task_process_outlives_a_run(tmp_path):
     assert not [p for p in started if psutil.pid_exists(p)
                 and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
     assert os.listdir(run_dir_of(tmp_path) / "logs")
+
+
+def test_local_flag_runs_a_remote_spec_here(tmp_path):
+    spec = write_spec(tmp_path, backend="ssh",
+                      cluster={"chief": ["h1.example"], "worker": ["h2.example:2300"],
+                               "ps": ["h3.example"]},
+                      env={"FAKE_PLAN": json.dumps({"ps": "forever"})})
+    done = run_launch(str(spec), "--local", "--dry-run", "--json")
+    assert done.returncode == 0, done.stderr
+    tasks = json.loads(done.stdout)["tasks"]
+    assert {t["host"] for t in tasks} == {"localhost"}
+    assert [t["port"] for t in tasks if t["type"] == "worker"] == [2300]
+    cluster = json.loads(tasks[0]["env"]["TF_CONFIG"])["cluster"]
+    assert cluster["worker"] == ["localhost:2300"]
+    assert run_launch(str(spec), "--local").returncode == 0
