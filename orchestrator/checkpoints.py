@@ -1,0 +1,278 @@
+"""The newest complete checkpoint in a model_dir, through fsspec (local path, s3://, sftp://).
+
+TensorFlow writes one checkpoint in this order: the data shards (one per ps, through a
+temporary file and a rename), the ``.index`` (in place), the ``.meta`` (Estimator), and last
+the ``checkpoint`` state file (replaced atomically); old checkpoints are deleted after that.
+So the reader follows the state file and never lists model_dir: one poll reads the state
+file, the first bytes of the named ``.index`` (whose header holds the number of data shards)
+and looks up the ``.meta`` and every ``.data-0000i-of-0000K`` by name. Its cost does not grow
+with the number of files in model_dir.
+
+Complete means: the state file names it, and its ``.index``, its ``.meta`` (Estimator layout)
+and all K data shards exist. A checkpoint with a missing ps shard is never complete (the
+reader then reports the newest older one that is, and what is missing).
+
+Layouts: Estimator / ``tf.compat.v1.train.Saver`` (``model.ckpt-N``, N is the global step
+when the checkpoint was saved) and TF2 ``tf.train.CheckpointManager`` (``ckpt-N``, N is a
+save counter unless the script saves with ``checkpoint_number=step``). The step actually
+stored in a checkpoint needs TensorFlow: ``stored_global_step`` imports it lazily.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import fsspec
+
+STATE_FILE = "checkpoint"
+TF2_BASENAME = "ckpt"
+_INDEX_HEAD_BYTES = 64
+_NAME_RE = re.compile(r"^(?P<base>.+)-(?P<number>\d+)$")
+_STATE_LINE_RE = re.compile(r'^\s*(model_checkpoint_path|all_model_checkpoint_paths)\s*:\s*"(.*)"')
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One complete checkpoint."""
+
+    name: str            # file prefix inside model_dir: "model.ckpt-3000", "ckpt-7"
+    path: str            # the prefix as a full URL or path: "s3://b/run/model.ckpt-3000"
+    number: int          # N of the file name
+    layout: str          # "estimator" (model.ckpt-N, .meta) or "tf2" (ckpt-N, no .meta)
+    shards: int          # K: number of .data files (one per ps)
+    step: int | None     # global step from the name; None when N is a TF2 save counter
+
+    @property
+    def progress(self) -> str:
+        return f"step {self.step}" if self.step is not None else f"save {self.number}"
+
+
+@dataclass
+class Scan:
+    """What one look at model_dir found."""
+
+    state_text: str | None          # the state file as read (None: no checkpoint yet)
+    named: str | None = None        # newest checkpoint the state file names
+    complete: Checkpoint | None = None
+    missing: dict[str, list[str]] = field(default_factory=dict)  # incomplete name -> files
+
+
+def parse_state(text: str) -> list[str]:
+    """Checkpoint names in a ``checkpoint`` state file, newest first, without directories."""
+    newest: str | None = None
+    others: list[str] = []
+    for line in text.splitlines():
+        m = _STATE_LINE_RE.match(line)
+        if not m:
+            continue
+        value = _unescape(m.group(2))
+        name = re.split(r"[/\\]", value.rstrip("/\\"))[-1]
+        if m.group(1) == "model_checkpoint_path":
+            newest = name
+        else:
+            others.append(name)
+    ordered = ([newest] if newest else []) + others[::-1]
+    return list(dict.fromkeys(n for n in ordered if n))
+
+
+def _unescape(value: str) -> str:
+    if "\\" not in value:
+        return value
+    try:
+        return value.encode("latin-1", "backslashreplace").decode("unicode_escape")
+    except UnicodeDecodeError:
+        return value
+
+
+def layout_of(name: str) -> tuple[str, int] | None:
+    """("estimator"|"tf2", N) for ``model.ckpt-N`` / ``ckpt-N``; None for other names."""
+    m = _NAME_RE.match(name)
+    if not m:
+        return None
+    layout = "tf2" if m.group("base") == TF2_BASENAME else "estimator"
+    return layout, int(m.group("number"))
+
+
+def shard_name(prefix: str, i: int, k: int) -> str:
+    return f"{prefix}.data-{i:05d}-of-{k:05d}"
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(buf):
+            raise ValueError("truncated varint")
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def num_shards_from_index_head(head: bytes) -> int | None:
+    """K from the first bytes of a ``.index`` file, or None when they do not parse.
+
+    The index is a table whose first entry has the empty key and a BundleHeaderProto value
+    (field 1: num_shards). Blocks are stored uncompressed, so the entry starts at byte 0:
+    varint shared=0, varint key length=0, varint value length, value.
+    """
+    try:
+        shared, pos = _varint(head, 0)
+        key_len, pos = _varint(head, pos)
+        value_len, pos = _varint(head, pos)
+        if shared or key_len or pos + value_len > len(head):
+            return None
+        value, pos = head[pos:pos + value_len], 0
+        while pos < len(value):
+            tag, pos = _varint(value, pos)
+            number, wire = tag >> 3, tag & 7
+            if wire == 0:
+                v, pos = _varint(value, pos)
+                if number == 1:
+                    return v if v >= 1 else None
+            elif wire == 2:
+                length, pos = _varint(value, pos)
+                pos += length
+            elif wire == 5:
+                pos += 4
+            elif wire == 1:
+                pos += 8
+            else:
+                return None
+        return 1  # proto3 leaves out num_shards only when it is 0; a bundle has >= 1 shard
+    except ValueError:
+        return None
+
+
+class CheckpointReader:
+    """Reads model_dir through fsspec: ``newest_complete()`` and ``scan()``.
+
+    ``tf2_number_is_step``: the script saves TF2 checkpoints with
+    ``CheckpointManager.save(checkpoint_number=step)``, so ``ckpt-N`` carries the step.
+    """
+
+    def __init__(self, model_dir: str, storage_options: dict[str, Any] | None = None,
+                 fs: fsspec.AbstractFileSystem | None = None, tf2_number_is_step: bool = False):
+        if fs is None:
+            fs, root = fsspec.core.url_to_fs(model_dir, **(storage_options or {}))
+        else:
+            root = fs._strip_protocol(model_dir)
+        self.model_dir = model_dir
+        self.fs = fs
+        self.root = root.rstrip("/") or "/"
+        self.tf2_number_is_step = tf2_number_is_step
+        self._verified: dict[str, Checkpoint] = {}   # complete checkpoints seen, by name
+
+    def _path(self, name: str) -> str:
+        return f"{self.root}/{name}" if self.root != "/" else f"/{name}"
+
+    def url(self, name: str) -> str:
+        """A file of model_dir as a URL or path the user can paste."""
+        return self.fs.unstrip_protocol(self._path(name))
+
+    def read_state(self) -> str | None:
+        """The state file's text; None when there is none yet."""
+        try:
+            return self.fs.cat_file(self._path(STATE_FILE)).decode("utf-8", "replace")
+        except FileNotFoundError:
+            return None
+
+    def _exists(self, name: str) -> bool:
+        try:
+            self.fs.info(self._path(name))
+            return True
+        except FileNotFoundError:
+            return False
+
+    def _num_shards(self, prefix: str) -> int | None:
+        """K from the index header; None when the index is missing."""
+        try:
+            head = self.fs.cat_file(self._path(prefix + ".index"), start=0,
+                                    end=_INDEX_HEAD_BYTES)
+        except FileNotFoundError:
+            return None
+        k = num_shards_from_index_head(head)
+        if k is not None:
+            return k
+        # Unknown index format: fall back to a listing limited to this prefix's data files.
+        found = self.fs.glob(self._path(prefix + ".data-*-of-*"))
+        counts = {int(m.group(1)) for f in found
+                  if (m := re.search(r"-of-(\d+)$", f))}
+        return max(counts) if counts else 0
+
+    def check(self, name: str) -> tuple[Checkpoint | None, list[str]]:
+        """(the checkpoint, []) when ``name`` is complete, else (None, files missing)."""
+        kind = layout_of(name)
+        layout, number = kind if kind else ("estimator", -1)
+        k = self._num_shards(name)
+        if k is None:
+            return None, [name + ".index"]
+        needed = [shard_name(name, i, k) for i in range(k)]
+        if layout == "estimator":
+            needed.append(name + ".meta")
+        missing = [f for f in needed if not self._exists(f)]
+        if missing or k == 0:
+            return None, missing or [shard_name(name, 0, 1)]
+        step = number if (layout == "estimator" or self.tf2_number_is_step) and number >= 0 \
+            else None
+        return Checkpoint(name, self.url(name), number, layout, k, step), []
+
+    def scan(self) -> Scan:
+        """Read the state file and find the newest complete checkpoint it names."""
+        text = self.read_state()
+        if text is None:
+            return Scan(None)
+        names = parse_state(text)
+        scan = Scan(text, names[0] if names else None)
+        for name in names:
+            if name in self._verified:
+                scan.complete = self._verified[name]
+                break
+            ckpt, missing = self.check(name)
+            if ckpt is not None:
+                self._verified = {name: ckpt}
+                scan.complete = ckpt
+                break
+            scan.missing[name] = missing
+        return scan
+
+    def newest_complete(self) -> Checkpoint | None:
+        """The newest complete checkpoint the state file names, or None."""
+        return self.scan().complete
+
+
+def newest_complete(model_dir: str, storage_options: dict[str, Any] | None = None,
+                    tf2_number_is_step: bool = False) -> Checkpoint | None:
+    """One-shot: the newest complete checkpoint in ``model_dir`` (any fsspec URL), or None."""
+    return CheckpointReader(model_dir, storage_options,
+                            tf2_number_is_step=tf2_number_is_step).newest_complete()
+
+
+STEP_KEYS = (
+    "global_step",
+    "global_step/.ATTRIBUTES/VARIABLE_VALUE",
+    "step/.ATTRIBUTES/VARIABLE_VALUE",
+    "optimizer/iter/.ATTRIBUTES/VARIABLE_VALUE",
+    "optimizer/iterations/.ATTRIBUTES/VARIABLE_VALUE",
+)
+
+
+def stored_global_step(prefix: str) -> int | None:
+    """The step stored inside a checkpoint (needs TensorFlow, imported here; the prefix must
+    be a path TensorFlow's file systems can open). None when it holds no step variable.
+
+    Under asynchronous training it can differ from the number in the file name
+    (``model.ckpt-1003`` held 1005)."""
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(prefix)
+    keys = reader.get_variable_to_shape_map()
+    for key in STEP_KEYS:
+        if key in keys:
+            return int(reader.get_tensor(key))
+    return None

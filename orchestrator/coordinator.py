@@ -1,0 +1,294 @@
+"""The coordinator: where training stands, read from the one place every task shares.
+
+A ``Coordinator`` polls model_dir in a thread of its own every ``poll`` seconds (through
+``CheckpointReader``: cost independent of the number of files) and keeps a ``Progress``
+snapshot: newest complete checkpoint, its step, steps per second, ETA, the latest
+evaluation (``tfcluster_metrics.jsonl``), and when training last showed a sign of life (a
+new checkpoint, or the chief's events file growing). ``judge(tasks)`` turns that snapshot
+and the tasks' liveness (given by whoever runs the tasks) into a ``Verdict``:
+
+- ``finish`` when the newest complete checkpoint reached max_steps;
+- ``fail`` when a ps died while trainers still run (they would hang for ever), or when
+  nothing moved for ``stall`` seconds; the reason names the dead or silent tasks.
+
+Nothing here blocks the caller: ``judge`` and ``progress`` read the last snapshot. A restart
+policy can use ``newest_complete()`` (the checkpoint a restarted job resumes from).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+from orchestrator.checkpoints import Checkpoint, CheckpointReader
+
+METRICS_FILE = "tfcluster_metrics.jsonl"
+EVENTS_GLOB = "events.out.tfevents.*"
+TRAINER_TYPES = ("chief", "master", "worker")
+RATE_WINDOW = 20           # checkpoints kept to estimate steps per second
+METRICS_TAIL_BYTES = 16384  # a new eval line is looked for in the file's last bytes
+EVENTS_REDISCOVER_SECS = 30.0
+
+
+@dataclass(frozen=True)
+class TaskStatus:
+    """A task's liveness as the job loop sees it."""
+
+    name: str                  # "ps:0"
+    type: str                  # "ps"
+    address: str = ""
+    alive: bool = True
+    exit_status: str | None = None  # how it ended, in words ("killed (SIGKILL)", "1")
+    stopped: bool = False      # ended because the launcher stopped it
+
+
+@dataclass(frozen=True)
+class Verdict:
+    action: str                # "finish" or "fail"
+    reason: str
+    tasks: tuple[str, ...] = ()  # the dead or silent tasks named in the reason
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A snapshot of training as seen in model_dir."""
+
+    max_steps: int | None = None
+    checkpoint: Checkpoint | None = None
+    steps_per_sec: float | None = None
+    eta_secs: float | None = None
+    last_activity: float = 0.0       # monotonic time of the last sign of training
+    last_activity_what: str = "the coordinator started"
+    latest_eval: dict[str, Any] | None = None
+    incomplete: dict[str, list[str]] = field(default_factory=dict)  # name -> missing files
+    polls: int = 0
+    poll_errors: int = 0
+    last_error: str | None = None
+
+    @property
+    def step(self) -> int | None:
+        return self.checkpoint.step if self.checkpoint else None
+
+    @property
+    def reached_max_steps(self) -> bool:
+        return self.max_steps is not None and self.step is not None and \
+            self.step >= self.max_steps
+
+
+class Coordinator:
+    """Watches model_dir; see the module docstring."""
+
+    def __init__(self, model_dir: str, max_steps: int | None = None, poll: float = 1.0,
+                 stall: float = 300.0, storage_options: dict[str, Any] | None = None,
+                 reader: CheckpointReader | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 tf2_number_is_step: bool = False,
+                 on_change: Callable[[str, dict[str, Any]], None] | None = None):
+        self.reader = reader or CheckpointReader(model_dir, storage_options,
+                                                 tf2_number_is_step=tf2_number_is_step)
+        self.fs = self.reader.fs
+        self.poll_interval = poll
+        self.stall = stall
+        self.clock = clock
+        self.on_change = on_change
+        self._progress = Progress(max_steps=max_steps, last_activity=clock())
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._state_text: str | None = None
+        self._history: collections.deque = collections.deque(maxlen=RATE_WINDOW)
+        self._events_file: str | None = None
+        self._events_size = -1
+        self._events_looked = -1e18
+        self._metrics_size = -1
+
+    # ------------------------------------------------------------------ thread
+    def start(self) -> Coordinator:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="coordinator", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.poll_once()
+            self._stop.wait(self.poll_interval)
+
+    # ------------------------------------------------------------------ reading
+    def progress(self) -> Progress:
+        with self._lock:
+            return self._progress
+
+    def newest_complete(self) -> Checkpoint | None:
+        """The newest complete checkpoint seen (what a restarted job resumes from)."""
+        return self.progress().checkpoint
+
+    def poll_once(self) -> Progress:
+        """Look at model_dir once; never raises (errors are kept in the snapshot)."""
+        p = self.progress()
+        try:
+            p = self._poll(p)
+            p = replace(p, polls=p.polls + 1)
+        except Exception as e:  # noqa: BLE001 - storage errors of any fsspec backend
+            p = replace(p, polls=p.polls + 1, poll_errors=p.poll_errors + 1,
+                        last_error=f"{type(e).__name__}: {e}")
+        with self._lock:
+            self._progress = p
+        return p
+
+    def _poll(self, p: Progress) -> Progress:
+        now = self.clock()
+        scan = self.reader.scan()
+        if scan.state_text != self._state_text:
+            self._state_text = scan.state_text
+            if scan.named is not None:
+                p = replace(p, last_activity=now, last_activity_what=f"{scan.named} was named")
+        # The .meta comes after the state file (Saver.save), so a missing .meta alone is a
+        # save in progress; a missing index or data shard after it was named is not.
+        broken = {n: f for n, f in scan.missing.items()
+                  if any(not x.endswith(".meta") for x in f)}
+        if broken != p.incomplete:
+            for name, files in broken.items():
+                if p.incomplete.get(name) != files:
+                    self._emit("checkpoint_incomplete", name=name, missing=files)
+            p = replace(p, incomplete=broken)
+        ckpt = scan.complete
+        if ckpt is not None and (p.checkpoint is None or ckpt.name != p.checkpoint.name):
+            if ckpt.step is not None:
+                self._history.append((now, ckpt.step))
+            rate = self._rate()
+            p = replace(p, checkpoint=ckpt, steps_per_sec=rate, last_activity=now,
+                        last_activity_what=f"checkpoint {ckpt.name}")
+            self._emit("checkpoint", name=ckpt.name, step=ckpt.step, number=ckpt.number,
+                       shards=ckpt.shards, path=ckpt.path)
+        if self._events_grew(now, p):
+            p = replace(p, last_activity=now, last_activity_what="the events file grew")
+        p = replace(p, eta_secs=self._eta(p), latest_eval=self._latest_eval(p.latest_eval))
+        return p
+
+    def _emit(self, event: str, **fields: Any) -> None:
+        if self.on_change is not None:
+            self.on_change(event, fields)
+
+    def _rate(self) -> float | None:
+        if len(self._history) < 2:
+            return None
+        (t0, s0), (t1, s1) = self._history[0], self._history[-1]
+        return (s1 - s0) / (t1 - t0) if t1 > t0 and s1 >= s0 else None
+
+    @staticmethod
+    def _eta(p: Progress) -> float | None:
+        if p.max_steps is None or p.step is None or not p.steps_per_sec:
+            return None
+        return max(0.0, (p.max_steps - p.step) / p.steps_per_sec)
+
+    def _events_grew(self, now: float, p: Progress) -> bool:
+        """Whether the chief's events file grew since the last poll. The file is found with
+        a listing limited to ``events.out.tfevents.*`` at most every 30 s, and only while none
+        is known or the known one has been quiet; then one ``info`` per poll."""
+        quiet = now - p.last_activity > min(self.stall / 3, EVENTS_REDISCOVER_SECS)
+        if (self._events_file is None or quiet) and \
+                now - self._events_looked >= EVENTS_REDISCOVER_SECS:
+            self._events_looked = now
+            found = sorted(self.fs.glob(self.reader._path(EVENTS_GLOB)))
+            if found and found[-1] != self._events_file:
+                self._events_file, self._events_size = found[-1], -1
+        if self._events_file is None:
+            return False
+        try:
+            size = int(self.fs.info(self._events_file).get("size") or 0)
+        except FileNotFoundError:
+            self._events_file = None
+            return False
+        grew = self._events_size >= 0 and size > self._events_size
+        self._events_size = size
+        return grew
+
+    def _latest_eval(self, current: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The newest ``split == "eval"`` line of tfcluster_metrics.jsonl; the file's size
+        is looked up every poll and its tail read only when it grew."""
+        path = self.reader._path(METRICS_FILE)
+        try:
+            size = int(self.fs.info(path).get("size") or 0)
+        except FileNotFoundError:
+            return current
+        if size == self._metrics_size:
+            return current
+        self._metrics_size = size
+        start = max(0, size - METRICS_TAIL_BYTES)
+        tail = self.fs.cat_file(path, start=start, end=size).decode("utf-8", "replace")
+        lines = tail.splitlines()
+        if start > 0:
+            lines = lines[1:]  # the first line may be cut
+        for line in reversed(lines):
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and record.get("split", "eval") == "eval" \
+                    and isinstance(record.get("metrics"), dict):
+                return record
+        return current
+
+    # ------------------------------------------------------------------ judging
+    def judge(self, tasks: list[TaskStatus]) -> Verdict | None:
+        """finish / fail / None from the last snapshot and the tasks' liveness."""
+        p = self.progress()
+        if p.reached_max_steps:
+            assert p.checkpoint is not None
+            return Verdict("finish", f"checkpoint {p.checkpoint.name} reached max_steps "
+                                     f"{p.max_steps}")
+        trainers = [t for t in tasks if t.type in TRAINER_TYPES and t.alive]
+        if not trainers:
+            return None
+        dead_ps = [t for t in tasks if t.type == "ps" and not t.alive and not t.stopped]
+        if dead_ps:
+            names = tuple(t.name for t in dead_ps)
+            how = ", ".join(f"{t.name} ({t.address}) {t.exit_status or 'ended'}"
+                            for t in dead_ps)
+            return Verdict("fail", f"parameter server died: {how}; "
+                                   f"{_names(trainers)} cannot train without it "
+                                   f"({self._where(p)})", names)
+        idle = self.clock() - p.last_activity
+        if idle >= self.stall:
+            names = tuple(t.name for t in trainers)
+            reason = (f"training stalled: no new step or checkpoint for {idle:.0f}s "
+                      f"(timeouts.stall = {self.stall:g}s; last sign: "
+                      f"{p.last_activity_what}; {self._where(p)}); silent tasks still "
+                      f"running: {_names(trainers)}")
+            hint = self._incomplete_hint(p, tasks)
+            return Verdict("fail", reason + (f"; {hint}" if hint else ""), names)
+        return None
+
+    @staticmethod
+    def _where(p: Progress) -> str:
+        if p.checkpoint is None:
+            return "no complete checkpoint yet"
+        return f"newest complete checkpoint {p.checkpoint.name}"
+
+    @staticmethod
+    def _incomplete_hint(p: Progress, tasks: list[TaskStatus]) -> str:
+        """Name the ps whose shard is missing: it does not write into the same storage."""
+        if not p.incomplete:
+            return ""
+        name, missing = next(iter(p.incomplete.items()))
+        shards = [f.rsplit(".data-", 1)[1] for f in missing if ".data-" in f]
+        ps = [f"ps:{int(s.split('-of-')[0])}" for s in shards]
+        known = {t.name for t in tasks}
+        owners = [n for n in ps if n in known]
+        who = f" (written by {', '.join(owners)}: is model_dir the same storage there?)" \
+            if owners else ""
+        return f"checkpoint {name} is incomplete, missing {', '.join(missing)}{who}"
+
+
+def _names(tasks: list[TaskStatus]) -> str:
+    return ", ".join(t.name for t in tasks)
