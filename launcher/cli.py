@@ -188,6 +188,10 @@ def execute(spec, backend, plan, command, args) -> int:
     table = summary_table(result.runs)
     verdict = "succeeded" if result.status == 0 else f"FAILED (exit status {result.status})"
     console.info(f"job {verdict} after {result.duration:.1f}s: {result.reason}\n{table}")
+    from launcher.metrics_table import metrics_table
+    metrics = metrics_table(plan.model_dir)
+    if metrics:
+        console.info(f"metrics of each checkpoint, evaluated afresh:\n{metrics}")
     with open(os.path.join(run_dir, "summary.json"), "w", encoding="utf-8") as f:
         json.dump({"status": result.status, "reason": result.reason,
                    "duration": round(result.duration, 3),

@@ -193,6 +193,7 @@ def evaluate_estimator_checkpoints(
     train_steps: int | None = None,
     model_dir: str | None = None,
     max_steps: int | None = None,
+    exporters: list | tuple = (),
     poll_secs: float = DEFAULT_POLL,
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
 ) -> EvalOutcome:
@@ -202,28 +203,48 @@ def evaluate_estimator_checkpoints(
     checkpoint_path=...)``, which builds a new graph and new metric variables each time:
     the values are the model's, not a running mean. ``train_input_fn`` adds a ``train``
     split (use ``train_steps`` to evaluate a sample of it); its TensorBoard summaries go to
-    ``model_dir/eval_train``. ``max_steps`` defaults to TFCLUSTER_MAX_STEPS.
+    ``model_dir/eval_train``. ``max_steps`` defaults to TFCLUSTER_MAX_STEPS. After the
+    final checkpoint, each of ``exporters`` (``tf.estimator.FinalExporter``...) exports it
+    to ``model_dir/export/NAME``, as ``train_and_evaluate``'s evaluator would.
     """
-    import tensorflow as tf
-
     model_dir = model_dir or estimator.model_dir
     max_steps = env_max_steps() if max_steps is None else max_steps
-    inputs = {"eval": (eval_input_fn, eval_steps, None)}
+    inputs = {"eval": (eval_input_fn, eval_steps)}
     if train_input_fn is not None:
-        inputs["train"] = (train_input_fn, train_steps, "train")
+        inputs["train"] = (train_input_fn, train_steps)
+    outcome = follow_checkpoints(lambda: newest_checkpoint(model_dir),
+                                 estimator_evaluate_fn(estimator, inputs),
+                                 MetricsWriter(model_dir), tuple(inputs), max_steps,
+                                 poll_secs, idle_timeout)
+    final = [r for r in outcome.records if r.split == "eval"]
+    if outcome.reason == "final" and exporters and final:
+        for exporter in exporters:
+            path = exporter.export(estimator, os.path.join(model_dir, "export", exporter.name),
+                                   final[-1].checkpoint, dict(final[-1].metrics),
+                                   is_the_final_export=True)
+            _log(f"exported {final[-1].checkpoint} to {_text(path)}")
+    return outcome
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def estimator_evaluate_fn(estimator, inputs: dict[str, tuple[Callable, int | None]]) -> Evaluate:
+    """``evaluate(path, split)`` for an Estimator; ``inputs`` maps a split to (input_fn,
+    steps). Summaries of split ``eval`` go to ``model_dir/eval``, others to ``eval_SPLIT``."""
+    import tensorflow as tf
 
     def evaluate(path: str, split: str) -> tuple[int, dict[str, float]]:
-        input_fn, steps, name = inputs[split]
+        input_fn, steps = inputs[split]
         try:
             results = estimator.evaluate(input_fn, steps=steps, checkpoint_path=path,
-                                         name=name)
+                                         name=None if split == "eval" else split)
         except (tf.errors.NotFoundError, ValueError) as e:
             raise _gone_or_raise(path, e) from e
         return int(results["global_step"]), clean_metrics(results)
 
-    return follow_checkpoints(lambda: newest_checkpoint(model_dir), evaluate,
-                              MetricsWriter(model_dir), tuple(inputs), max_steps,
-                              poll_secs, idle_timeout)
+    return evaluate
 
 
 def checkpoint_step(path: str, step_key: str | None = None) -> int:

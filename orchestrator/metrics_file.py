@@ -114,6 +114,7 @@ class MetricsWriter:
         self.records.append(record)
         text = "".join(r.to_json() + "\n" for r in self.records)
         if _is_local(self.fs):
+            os.makedirs(os.path.dirname(self.fs_path) or ".", exist_ok=True)
             tmp = f"{self.fs_path}.tmp-{os.getpid()}"
             with open(tmp, "w", encoding="utf-8") as f:
                 f.write(text)

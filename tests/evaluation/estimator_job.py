@@ -3,6 +3,7 @@
     python estimator_job.py                    # a task of a `launch` job (TF_CONFIG)
     python estimator_job.py verify MODEL_DIR   # fresh evaluate of every checkpoint: JSON
     python estimator_job.py export MODEL_DIR EXPORT_BASE CSV  # SavedModel + data file
+    python estimator_job.py deleted MODEL_DIR  # evaluate checkpoints deleted under it: JSON
 
 Trainers run train_and_evaluate; the evaluator runs orchestrator.evaluation's helper on
 the eval data and a sample of the training data.
@@ -122,6 +123,53 @@ def verify(model_dir: str) -> None:
     print(json.dumps(out))
 
 
+def deleted(model_dir: str) -> None:
+    """Delete the data of the oldest checkpoint and the index of the next, then let the
+    evaluator loop meet them, then the newest one; and a checkpoint of another model."""
+    import glob
+
+    import tensorflow as tf
+
+    from orchestrator.evaluation import (
+        CheckpointGone,
+        estimator_evaluate_fn,
+        follow_checkpoints,
+        newest_checkpoint,
+    )
+    from orchestrator.metrics_file import MetricsWriter
+
+    tf.get_logger().setLevel("ERROR")
+    state = tf.train.get_checkpoint_state(model_dir)
+    # the state file holds absolute paths: name the files of this (copied) model_dir
+    old = [os.path.join(model_dir, os.path.basename(p)) for p in state.all_model_checkpoint_paths]
+    final = os.path.join(model_dir, os.path.basename(newest_checkpoint(model_dir)))
+    for name in glob.glob(old[0] + ".data-*"):
+        os.remove(name)
+    os.remove(old[1] + ".index")
+    evaluate = estimator_evaluate_fn(estimator(model_dir),
+                                     {"eval": (input_fn("eval", False), None)})
+    sequence = [old[0], old[1], final]
+    outcome = follow_checkpoints(lambda: sequence.pop(0) if len(sequence) > 1 else sequence[0],
+                                 evaluate, MetricsWriter(model_dir + "/deleted_test"),
+                                 max_steps=int(final.rsplit("-", 1)[1]), poll_secs=0.1,
+                                 idle_timeout=5)
+    other = os.path.join(model_dir, "other", "model.ckpt-1")
+    with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
+        tf.compat.v1.Variable(1.0, name="unrelated")
+        sess.run(tf.compat.v1.global_variables_initializer())
+        tf.compat.v1.train.Saver().save(sess, other)
+    try:
+        evaluate(other, "eval")
+        mismatch = "evaluated"
+    except CheckpointGone:
+        mismatch = "skipped"
+    except tf.errors.OpError as e:
+        mismatch = type(e).__name__
+    print(json.dumps({"old": old[:2], "final": final, "reason": outcome.reason,
+                      "skipped": outcome.skipped, "steps": [r.step for r in outcome.records],
+                      "mismatch": mismatch}))
+
+
 def export(model_dir: str, export_base: str, csv_path: str) -> None:
     """Export the newest checkpoint as a SavedModel (tf.Example parsing signature) and
     write the eval data as CSV (header x0..x3,label)."""
@@ -144,6 +192,8 @@ def export(model_dir: str, export_base: str, csv_path: str) -> None:
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "verify":
         verify(sys.argv[2])
+    elif len(sys.argv) > 1 and sys.argv[1] == "deleted":
+        deleted(sys.argv[2])
     elif len(sys.argv) > 1 and sys.argv[1] == "export":
         export(sys.argv[2], sys.argv[3], sys.argv[4])
     else:
