@@ -1,0 +1,224 @@
+"""Epochs that mean epochs: each example consumed exactly ``epochs`` times by the whole
+cluster, and a final checkpoint that holds every trainer's updates.
+
+With ``epochs``, ``examples`` and ``batch_size`` in the spec the launcher gives every task
+``TFCLUSTER_EPOCHS``, ``TFCLUSTER_EXAMPLES``, ``TFCLUSTER_BATCH_SIZE`` and the derived
+``TFCLUSTER_MAX_STEPS`` (``orchestrator.steps.derive_max_steps``). The recipe:
+
+1. every trainer reads only its shard, ``epochs`` times, batched across epoch boundaries
+   (``training_dataset``): its input ends after exactly its share of the steps, whatever the
+   shard sizes and the last partial batch;
+2. in asynchronous training every trainer step adds one to global_step, so when the last
+   trainer's input ends global_step is the derived total. The chief's input usually ends
+   before that; ``estimator_hooks`` makes the chief wait for global_step to reach the total
+   before its final save, so the last checkpoint holds every worker's steps (without it the
+   chief exits first and the workers' last steps are lost);
+3. ParameterServerStrategy: the coordinator schedules steps that end quietly on a worker
+   whose input has ended (``pss_step_fn``) until the sum of steps done reaches the total
+   (``pss_run``), then saves.
+
+Without ``epochs`` in the spec the plan has only ``max_steps``: trainers read their shard for
+ever and stop at max_steps, as TensorFlow does by default.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from orchestrator.sharding import Shard, current_shard, shard_dataset
+from orchestrator.steps import derive_max_steps, shard_sizes
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """How much this task trains: counted epochs, or only max_steps."""
+
+    shard: Shard
+    epochs: int | None = None
+    examples: int | None = None
+    batch_size: int | None = None
+    max_steps: int | None = None
+
+    @property
+    def counted(self) -> bool:
+        """True when the job is given in epochs (finite input, exact accounting)."""
+        return None not in (self.epochs, self.examples, self.batch_size)
+
+    def steps_of(self, shard: Shard) -> int:
+        """Steps the trainer reading ``shard`` takes (its input's length in batches)."""
+        self._require_counted()
+        n = shard_sizes(self.examples, shard.count)[shard.index]
+        return math.ceil(n * self.epochs / self.batch_size)
+
+    @property
+    def shard_steps(self) -> int:
+        """Steps this task takes."""
+        return self.steps_of(self.shard)
+
+    def total_steps(self, num_trainers: int | None = None) -> int:
+        """global_step at the end: the sum of every trainer's steps (asynchronous training)."""
+        self._require_counted()
+        return derive_max_steps(self.epochs, self.examples, self.batch_size,
+                                num_trainers or self.shard.count)
+
+    def _require_counted(self) -> None:
+        if not self.counted:
+            raise ValueError("the job is not given in epochs (set epochs, examples and "
+                             "batch_size in the spec)")
+
+
+def _optional_int(env: Mapping[str, str], name: str) -> int | None:
+    if not env.get(name):
+        return None
+    try:
+        value = int(env[name])
+    except ValueError:
+        raise ValueError(f"{name}={env[name]!r} is not an integer") from None
+    if value < 1:
+        raise ValueError(f"{name} must be at least 1, got {value}")
+    return value
+
+
+def epoch_plan(env: Mapping[str, str] | None = None, batch_size: int | None = None,
+               max_steps: int | None = None) -> EpochPlan:
+    """The plan from the task environment; ``batch_size`` / ``max_steps`` are defaults for a
+    run without the launcher (the spec's values win)."""
+    env = os.environ if env is None else env
+    return EpochPlan(
+        shard=current_shard(env),
+        epochs=_optional_int(env, "TFCLUSTER_EPOCHS"),
+        examples=_optional_int(env, "TFCLUSTER_EXAMPLES"),
+        batch_size=_optional_int(env, "TFCLUSTER_BATCH_SIZE") or batch_size,
+        max_steps=_optional_int(env, "TFCLUSTER_MAX_STEPS") or max_steps,
+    )
+
+
+def training_dataset(examples: Any, plan: EpochPlan, shuffle_buffer: int = 0,
+                     seed: int = 0) -> Any:
+    """This trainer's input: its shard of ``examples`` (a dataset of single examples), read
+    ``plan.epochs`` times (for ever without epochs), batched by ``plan.batch_size``."""
+    if plan.batch_size is None:
+        raise ValueError("no batch size: set batch_size in the spec or pass a default")
+    dataset = shard_dataset(examples, plan.shard)
+    if shuffle_buffer:
+        dataset = dataset.shuffle(shuffle_buffer, seed=seed + plan.shard.index)
+    return dataset.repeat(plan.epochs if plan.counted else None).batch(plan.batch_size)
+
+
+# ---------------------------------------------------------------- Estimator (TF 2.15)
+
+def estimator_hooks(plan: EpochPlan, model_dir: str, is_chief: bool, save_steps: int,
+                    timeout: float = 600.0, poll: float = 0.2) -> list:
+    """Hooks for ``TrainSpec(hooks=...)``: on the chief of a job given in epochs, wait until
+    global_step reaches the total, then save the final checkpoint.
+
+    They replace the Estimator's own CheckpointSaverHook (it sees one and adds none); the wait
+    runs first, in ``end()``, so the chief's final save comes after every trainer's last
+    step. Other tasks, and jobs given in max_steps, get no hooks. After ``timeout`` seconds
+    without reaching the total (a trainer died) the chief saves what it has and says so.
+    """
+    if not (is_chief and plan.counted):
+        return []
+    import tensorflow as tf
+
+    total = plan.total_steps()
+
+    class WaitForAllTrainers(tf.compat.v1.train.SessionRunHook):
+        def begin(self) -> None:
+            self._step = tf.compat.v1.train.get_or_create_global_step()
+
+        def end(self, session) -> None:
+            step = session.run(self._step)
+            if step < total:
+                log.warning("tfcluster: chief's input ended at global step %d; waiting for "
+                            "the other trainers to reach %d", step, total)
+            deadline = time.monotonic() + timeout
+            while step < total and time.monotonic() < deadline:
+                time.sleep(poll)
+                step = session.run(self._step)
+            if step < total:
+                log.warning("tfcluster: global step %d < %d after %.0fs; saving anyway",
+                            step, total, timeout)
+
+    saver = tf.compat.v1.train.CheckpointSaverHook(model_dir, save_steps=save_steps)
+    return [WaitForAllTrainers(), saver]
+
+
+def wait_for_chief_init(model_dir: str, timeout: float = 300.0, poll: float = 0.2) -> bool:
+    """On an Estimator worker: wait until the chief wrote its first checkpoint (it does so
+    right after initialising the variables). A worker that asks for its session before that
+    sleeps a hard-coded 30 s ("Waiting for model to be ready"). True when it appeared."""
+    import tensorflow as tf
+
+    path = f"{model_dir.rstrip('/')}/checkpoint"
+    deadline = time.monotonic() + timeout
+    while not tf.io.gfile.exists(path):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(poll)
+    return True
+
+
+# ------------------------------------------------- ParameterServerStrategy (TF 2.21)
+
+def pss_step_fn(train_batch: Callable[[Any], Any]) -> Callable[[Any, Any], Any]:
+    """A ``tf.function(iterator, limit)`` for ``ClusterCoordinator.schedule``: train up to
+    ``limit`` batches from this worker's iterator, fewer when its input has ended; returns
+    how many it trained. ``train_batch(batch)`` runs one step (``strategy.run`` inside)."""
+    import tensorflow as tf
+
+    @tf.function
+    def step_fn(iterator, limit):
+        done = tf.constant(0, tf.int64)
+        for _ in tf.range(limit):
+            batch = iterator.get_next_as_optional()
+            if not batch.has_value():
+                break
+            train_batch(batch.get_value())
+            done += 1
+        return done
+
+    return step_fn
+
+
+def pss_run(coordinator: Any, step_fn: Callable, iterator: Any, total_steps: int,
+            start_step: int = 0, steps_per_call: int = 1, calls_per_round: int = 8,
+            on_round: Callable[[int], None] | None = None, idle_rounds: int = 20) -> int:
+    """Schedule ``step_fn`` until ``total_steps`` batches were trained; return the step.
+
+    Each round schedules up to ``calls_per_round`` closures of at most ``steps_per_call``
+    steps (never more than remain), joins, and adds up what they did; ``on_round(step)``
+    then runs on the coordinator (save a checkpoint, log). With finite per-worker input the
+    count cannot overshoot: a worker whose input ended does nothing. When ``idle_rounds``
+    rounds in a row train nothing, every input has ended short of the total: it returns
+    early with a warning (the data is smaller than the spec says).
+    """
+    import tensorflow as tf
+
+    step, idle = start_step, 0
+    while step < total_steps:
+        remaining, results = total_steps - step, []
+        while remaining > 0 and len(results) < calls_per_round:
+            limit = min(steps_per_call, remaining)
+            results.append(coordinator.schedule(
+                step_fn, args=(iterator, tf.constant(limit, tf.int64))))
+            remaining -= limit
+        coordinator.join()
+        done = sum(int(r.fetch()) for r in results)
+        step += done
+        idle = 0 if done else idle + 1
+        if on_round is not None:
+            on_round(step)
+        if idle >= idle_rounds:
+            log.warning("tfcluster: every worker's input ended at step %d of %d",
+                        step, total_steps)
+            break
+    return step

@@ -1,0 +1,127 @@
+"""Which part of the training data a task reads, from the task environment.
+
+The launcher gives every task that reads training data ``TFCLUSTER_SHARD_INDEX`` and
+``TFCLUSTER_NUM_SHARDS``: the chief is shard 0, then the workers in order, so the chief and
+worker 0 never read the same examples. Without them (a plain single-process run) a task
+reads everything: shard 0 of 1.
+
+- Estimator (and any trainer that builds its own input): ``shard_dataset`` on a dataset of
+  single examples, before ``repeat`` and ``batch``; or ``shard_files`` for many files.
+- ParameterServerStrategy: the coordinator builds every worker's input with
+  ``ClusterCoordinator.create_per_worker_dataset(pss_dataset_fn(...))``; each worker's copy is
+  sharded by its ``input_context`` (the workers are the trainers there, the chief only
+  coordinates).
+- MultiWorkerMirroredStrategy: let TensorFlow shard a distributed dataset and do not shard it
+  yourself. Use ``AutoShardPolicy.DATA`` (``mwms_data_sharding``): the default (FILE/AUTO) is
+  a hard error on a single-file dataset in TF 2.21 and silently uneven on a few files. With
+  DATA every worker reads the whole input and keeps its part of each global batch, so each
+  example is consumed once per epoch by the cluster. Batch by the *global* batch size
+  (per-worker batch x workers) and iterate the finite dataset to its end: the distributed
+  iterator ends on every worker at once, even with a last partial batch.
+
+TensorFlow is imported only by the functions that build datasets.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable
+
+INDEX_VAR = "TFCLUSTER_SHARD_INDEX"
+COUNT_VAR = "TFCLUSTER_NUM_SHARDS"
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Shard ``index`` of ``count``: elements index, index+count, index+2*count..."""
+
+    index: int = 0
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        if self.count < 1:
+            raise ValueError(f"number of shards must be at least 1, got {self.count}")
+        if not 0 <= self.index < self.count:
+            raise ValueError(f"shard index {self.index} is outside 0..{self.count - 1}")
+
+
+def _env_int(env: Mapping[str, str], name: str) -> int:
+    value = env[name]
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{name}={value!r} is not an integer") from None
+
+
+def current_shard(env: Mapping[str, str] | None = None) -> Shard:
+    """This task's shard from the environment; shard 0 of 1 when the launcher set none."""
+    env = os.environ if env is None else env
+    has_index, has_count = INDEX_VAR in env, COUNT_VAR in env
+    if not has_index and not has_count:
+        return Shard()
+    if has_index != has_count:
+        missing = COUNT_VAR if has_index else INDEX_VAR
+        raise ValueError(f"{missing} is not set, but {INDEX_VAR}/{COUNT_VAR} go together")
+    try:
+        return Shard(_env_int(env, INDEX_VAR), _env_int(env, COUNT_VAR))
+    except ValueError as e:
+        raise ValueError(f"bad shard environment: {e}") from None
+
+
+def shard_dataset(dataset: Any, shard: Shard | None = None) -> Any:
+    """This task's part of a ``tf.data`` dataset of single examples (``Dataset.shard``).
+
+    Shard before shuffle, repeat and batch: the shard sizes are then exactly
+    ``orchestrator.steps.shard_sizes``, which the launcher's derived max_steps counts on.
+    """
+    shard = shard or current_shard()
+    return dataset if shard.count == 1 else dataset.shard(shard.count, shard.index)
+
+
+def shard_files(files: Sequence[str], shard: Shard | None = None) -> list[str]:
+    """This task's files, round robin over the sorted names.
+
+    Every shard needs at least one file. Files rarely hold equal numbers of examples, so the
+    launcher's derived max_steps (which assumes example sharding) is then only an estimate:
+    count the steps from the files you got, or shard by example with ``shard_dataset``.
+    """
+    shard = shard or current_shard()
+    names = sorted(files)
+    if len(names) < shard.count:
+        raise ValueError(f"{len(names)} files for {shard.count} shards: shard "
+                         f"{len(names)} would read nothing; use shard_dataset on examples")
+    return names[shard.index::shard.count]
+
+
+def pss_dataset_fn(make_dataset: Callable[[], Any], batch_size: int,
+                   epochs: int | None = None, shuffle_buffer: int = 0,
+                   seed: int = 0) -> Callable[[Any], Any]:
+    """A ``dataset_fn(input_context)`` for ``ClusterCoordinator.create_per_worker_dataset``.
+
+    ``make_dataset()`` returns single examples; each worker keeps its shard
+    (``input_pipeline_id`` of ``num_input_pipelines``), reads it ``epochs`` times (for ever
+    when None) and batches by ``batch_size`` (per worker) across epoch boundaries, so only the
+    very last batch of a worker can be partial. Steps per worker:
+    ``orchestrator.steps.derive_max_steps`` with the workers as shards.
+    """
+
+    def dataset_fn(input_context: Any) -> Any:
+        shard = Shard(input_context.input_pipeline_id, input_context.num_input_pipelines)
+        dataset = shard_dataset(make_dataset(), shard)
+        if shuffle_buffer:
+            dataset = dataset.shuffle(shuffle_buffer, seed=seed + shard.index)
+        return dataset.repeat(epochs).batch(batch_size).prefetch(2)
+
+    return dataset_fn
+
+
+def mwms_data_sharding(dataset: Any) -> Any:
+    """``dataset`` with ``AutoShardPolicy.DATA``, for ``strategy.experimental_distribute_dataset``
+    under MultiWorkerMirroredStrategy (see the module docstring)."""
+    import tensorflow as tf
+
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return dataset.with_options(options)

@@ -1,0 +1,53 @@
+"""Each example runs as a real local cluster through `launch`, ends with status 0, the ps is
+stopped by the launcher and no process of the job is left behind."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import PY_TF215, REPO, run_launch, tfcluster_tasks
+
+pytestmark = pytest.mark.tf
+
+
+def spec_copy(name: str, tmp_path: Path, **changes) -> Path:
+    """The example's spec from cluster_specs/, with a fresh model_dir under tmp_path."""
+    spec = json.loads((REPO / "cluster_specs" / f"{name}.json").read_text())
+    spec["model_dir"] = str(tmp_path / "model")
+    spec.update(changes)
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def launch_example(name: str, python: str, tmp_path: Path, **changes):
+    spec = spec_copy(name, tmp_path, **changes)
+    run_dir = tmp_path / "run"
+    proc = run_launch(str(spec), "--quiet", "--run-dir", str(run_dir), "--",
+                      python, f"examples/{name}/train.py", timeout=400)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return proc, summary
+
+
+def exits(summary: dict) -> dict[str, tuple]:
+    return {t["task"]: (t["exit"], t["stopped"]) for t in summary["tasks"]}
+
+
+def test_estimator_example(tmp_path):
+    proc, summary = launch_example("estimator", PY_TF215, tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    tasks = exits(summary)
+    assert tasks["ps:0"] == (-15, True)          # SIGTERM from the launcher
+    for name in ("chief:0", "worker:0", "worker:1", "evaluator:0"):
+        assert tasks[name] == (0, False), tasks
+    assert "stopped (SIGTERM)" in proc.stdout + proc.stderr
+    state = (tmp_path / "model" / "checkpoint").read_text()
+    assert 'model_checkpoint_path: "model.ckpt-602"' in state   # 3 epochs of 20000 / 100
+    assert list((tmp_path / "model" / "export" / "ctr").iterdir())  # the evaluator exported
+    gone = [p for p in psutil.process_iter(["environ"])
+            if (p.info["environ"] or {}).get("TFCLUSTER_RUN_ID", "").startswith("estimator-")
+            and (p.info["environ"] or {}).get("TFCLUSTER_MODEL_DIR") == str(tmp_path / "model")]
+    assert gone == [] and tfcluster_tasks() == []
