@@ -1,0 +1,227 @@
+"""`launch report RUN_DIR`: a run's training loss and evaluation metrics against step, as a
+PNG and a small self-contained HTML page written into RUN_DIR.
+
+The run directory holds plan.json (which names model_dir), summary.json and the logs. The
+training loss comes from the events files TensorFlow writes into model_dir (read without
+TensorFlow, launcher.tfevents); the evaluation metrics from the evaluator's
+``tfcluster_metrics.jsonl`` (orchestrator.metrics_file): each checkpoint's own values.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import html
+import io
+import json
+import os
+from dataclasses import dataclass, field
+
+from launcher.errors import UsageError
+from launcher.metrics_table import format_value, metric_columns
+from launcher.tfevents import Scalar, scalars_in_dir
+from orchestrator.metrics_file import MetricsRecord, read_metrics
+
+PNG_NAME = "report.png"
+HTML_NAME = "report.html"
+LOSS_TAGS = ("loss", "epoch_loss", "train_loss", "training_loss")
+QUALITY = ("accuracy", "auc")          # drawn in the second panel when present
+SPLIT_STYLE = {"eval": "-", "train": "--"}
+
+
+@dataclass
+class RunData:
+    run_dir: str
+    model_dir: str
+    name: str = ""
+    run_id: str = ""
+    max_steps: int | None = None
+    summary: dict = field(default_factory=dict)
+    loss: list[Scalar] = field(default_factory=list)
+    records: list[MetricsRecord] = field(default_factory=list)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="launch report",
+        description="Draw a run's training loss and evaluation metrics against step: "
+                    f"RUN_DIR/{PNG_NAME} and RUN_DIR/{HTML_NAME}.")
+    p.add_argument("run_dir", metavar="RUN_DIR",
+                   help="the run directory (.tfcluster/runs/RUN_ID) with plan.json")
+    p.add_argument("--model-dir", help="read this model_dir instead of the plan's")
+    p.add_argument("--out", metavar="DIR", help="write the files here (default: RUN_DIR)")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    data = load_run(args.run_dir, args.model_dir)
+    out = args.out or args.run_dir
+    os.makedirs(out, exist_ok=True)
+    png = render_png(data)
+    png_path = os.path.join(out, PNG_NAME)
+    with open(png_path, "wb") as f:
+        f.write(png)
+    html_path = os.path.join(out, HTML_NAME)
+    with open(html_path, "w", encoding="utf-8") as f:
+        f.write(render_html(data, png))
+    evals = {r.checkpoint for r in data.records}
+    print(f"report of {data.run_id or data.run_dir}: {len(data.loss)} loss points, "
+          f"{len(evals)} evaluated checkpoints")
+    print(f"  {png_path}\n  {html_path}")
+    return 0
+
+
+def resolve_model_dir(model_dir: str, run_dir: str, plan: dict) -> str:
+    """A relative model_dir is relative to where the job ran: the tasks' cwd, the launcher's
+    cwd, or the directory holding .tfcluster/runs/RUN_ID."""
+    if "://" in model_dir or os.path.isabs(model_dir):
+        return model_dir
+    bases = [t.get("cwd") for t in plan.get("tasks", []) if t.get("cwd")]
+    bases += [os.getcwd(), os.path.join(os.path.abspath(run_dir), "..", "..", "..")]
+    for base in bases:
+        candidate = os.path.normpath(os.path.join(base, model_dir))
+        if os.path.isdir(candidate):
+            return candidate
+    return model_dir
+
+
+def load_run(run_dir: str, model_dir: str | None = None) -> RunData:
+    plan_path = os.path.join(run_dir, "plan.json")
+    if not os.path.isdir(run_dir):
+        raise UsageError(f"run directory not found: {run_dir}")
+    try:
+        with open(plan_path, encoding="utf-8") as f:
+            plan = json.load(f)
+    except FileNotFoundError:
+        raise UsageError(f"{run_dir} is not a run directory: it has no plan.json") from None
+    except json.JSONDecodeError as e:
+        raise UsageError(f"{plan_path}: invalid JSON ({e.msg})") from None
+    summary = {}
+    try:
+        with open(os.path.join(run_dir, "summary.json"), encoding="utf-8") as f:
+            summary = json.load(f)
+    except (FileNotFoundError, json.JSONDecodeError):
+        pass          # a run still going (or killed) has no summary yet
+    model_dir = model_dir or resolve_model_dir(str(plan.get("model_dir", "")), run_dir, plan)
+    if not model_dir:
+        raise UsageError(f"{plan_path} names no model_dir; give --model-dir")
+    scalars = scalars_in_dir(model_dir)
+    tag = next((t for t in LOSS_TAGS if any(s.tag == t for s in scalars)), None)
+    return RunData(run_dir=run_dir, model_dir=model_dir, name=plan.get("name", ""),
+                   run_id=plan.get("run_id", ""), max_steps=plan.get("max_steps"),
+                   summary=summary, loss=[s for s in scalars if s.tag == tag],
+                   records=read_metrics(model_dir))
+
+
+def _series(records: list[MetricsRecord], split: str, name: str) -> tuple[list, list]:
+    points = sorted((r.step, r.metrics[name]) for r in records
+                    if r.split == split and name in r.metrics)
+    return [p[0] for p in points], [p[1] for p in points]
+
+
+def smooth(values: list[float], weight: float = 0.6) -> list[float]:
+    """Exponential moving average, as TensorBoard's smoothing slider does."""
+    out: list[float] = []
+    for v in values:
+        out.append(v if not out else weight * out[-1] + (1 - weight) * v)
+    return out
+
+
+def render_png(data: RunData) -> bytes:
+    """Two panels against step: loss (training, and evaluated per checkpoint) and
+    accuracy / AUC per checkpoint and split."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise UsageError("launch report needs matplotlib: pip install 'tfcluster[report]'") \
+            from None
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11, 4.2), dpi=110, layout="constrained")
+    ax_loss, ax_quality = fig.subplots(1, 2)
+    title = f"{data.name} · run {data.run_id}" if data.run_id else data.run_dir
+    fig.suptitle(title, fontsize=12)
+
+    if data.loss:
+        steps = [s.step for s in data.loss]
+        ax_loss.plot(steps, [s.value for s in data.loss], color="0.75", linewidth=0.8,
+                     label="training loss (logged batches)")
+        ax_loss.plot(steps, smooth([s.value for s in data.loss]), color="0.25",
+                     linewidth=1.4, label="training loss (smoothed)")
+    splits = sorted({r.split for r in data.records}, key=lambda s: (s != "eval", s))
+    for split in splits:
+        steps, values = _series(data.records, split, "loss")
+        if steps:
+            ax_loss.plot(steps, values, SPLIT_STYLE.get(split, ":"), marker="o",
+                         markersize=4, color="C3", label=f"{split} loss (checkpoint)")
+    ax_loss.set_title("loss")
+    drew_quality = False
+    for i, name in enumerate(n for n in QUALITY if any(n in r.metrics for r in data.records)):
+        for split in splits:
+            steps, values = _series(data.records, split, name)
+            if steps:
+                ax_quality.plot(steps, values, SPLIT_STYLE.get(split, ":"), marker="o",
+                                markersize=4, color=f"C{i}", label=f"{split} {name}")
+                drew_quality = True
+    ax_quality.set_title("evaluation of each checkpoint")
+    for ax, has_data in ((ax_loss, bool(data.loss or data.records)), (ax_quality, drew_quality)):
+        ax.set_xlabel("global step")
+        ax.grid(True, alpha=0.3)
+        if data.max_steps:
+            ax.axvline(data.max_steps, color="0.3", linewidth=0.8, linestyle=":")
+        if has_data:
+            ax.legend(fontsize=8, loc="best")
+        else:
+            ax.text(0.5, 0.5, "no data yet", ha="center", va="center",
+                    transform=ax.transAxes, color="0.5")
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+                   for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def render_html(data: RunData, png: bytes) -> str:
+    """One page, no outside files: the picture, the latest metrics, every evaluated
+    checkpoint, and the tasks."""
+    columns = metric_columns(data.records, limit=8)
+    ordered = sorted(data.records, key=lambda r: (r.step, r.split != "eval", r.split))
+    rows = [[str(r.step), r.split, *(format_value(r.metrics.get(c)) for c in columns),
+             os.path.basename(r.checkpoint)] for r in ordered]
+    status = data.summary.get("reason") or "no summary (still running, or interrupted)"
+    if "duration" in data.summary:
+        status += f" after {data.summary['duration']:.1f}s"
+    last_loss = f"{data.loss[-1].value:.4f} at step {data.loss[-1].step}" if data.loss else "-"
+    tasks = [[t.get("task", ""), t.get("address", ""), str(t.get("exit", "")),
+              f"{t.get('duration', 0):.1f}s", str(t.get("restarts", 0))]
+             for t in data.summary.get("tasks", [])]
+    image = base64.b64encode(png).decode("ascii")
+    parts = [
+        "<!DOCTYPE html><html><head><meta charset='utf-8'>",
+        f"<title>tfcluster report: {html.escape(data.name or data.run_dir)}</title>",
+        "<style>body{font-family:system-ui,sans-serif;margin:2em;color:#222}"
+        "table{border-collapse:collapse;margin:1em 0}td,th{padding:3px 10px;"
+        "border-bottom:1px solid #ddd;text-align:right}th{background:#f4f4f4}"
+        "img{max-width:100%}</style></head><body>",
+        f"<h1>{html.escape(data.name)} <small>run {html.escape(data.run_id)}</small></h1>",
+        f"<p>{html.escape(status)} · max_steps {data.max_steps} · model_dir "
+        f"<code>{html.escape(data.model_dir)}</code> · last training loss {last_loss}</p>",
+        f"<img alt='loss and metrics against step' src='data:image/png;base64,{image}'>",
+        "<h2>Evaluation of each checkpoint</h2>",
+        "<p>Each row is a checkpoint evaluated afresh by the evaluator (new metric state), "
+        "not the running mean a trainer logs.</p>",
+        _table(["step", "split", *columns, "checkpoint"], rows) if rows
+        else "<p>No checkpoint was evaluated.</p>",
+    ]
+    if tasks:
+        parts += ["<h2>Tasks</h2>", _table(["task", "address", "exit", "duration", "restarts"],
+                                           tasks)]
+    parts.append("</body></html>")
+    return "\n".join(parts)
