@@ -1,0 +1,504 @@
+"""SSH backend: every task runs on its host through the system OpenSSH client (``ssh``), so
+the user's ~/.ssh/config, agent and ProxyJump work as they do in a terminal.
+
+On each host a small bootstrap (launcher/remote_bootstrap.py) receives the task's argv,
+environment and working directory as JSON on stdin, so no shell parses them, and runs the
+task in a session of its own. Signals travel to it as control lines on the same stdin; when
+that stdin ends (teardown, the launcher dies, the connection drops) the bootstrap ends the
+task's process group. One master connection per host (ControlMaster) carries all its tasks.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import secrets
+import shlex
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import IO, Any
+
+from launcher import remote_bootstrap
+from launcher.backends.base import Backend, ProbeResult, TaskHandle
+from launcher.backends.local import _die_with_parent
+from launcher.errors import PreflightError, SpecError
+from launcher.spec import (
+    check_keys,
+    expect_bool,
+    expect_dict,
+    expect_int,
+    expect_number,
+    expect_str,
+)
+from launcher.tf_config import JobPlan, TaskPlan
+
+OPTION_KEYS = ("user", "port", "identity_file", "known_hosts_file", "strict_host_key_checking",
+               "connect_timeout", "config_file", "options", "python", "multiplex")
+# OpenSSH options the backend sets itself or that have their own key in the ssh section.
+RESERVED = {"batchmode": "", "stricthostkeychecking": "strict_host_key_checking",
+            "userknownhostsfile": "known_hosts_file", "connecttimeout": "connect_timeout",
+            "identityfile": "identity_file", "user": "user", "port": "port",
+            "controlmaster": "multiplex", "controlpath": "multiplex",
+            "controlpersist": "multiplex", "requesttty": ""}
+PORT_RANGE = (20000, 32768)   # below Linux's ephemeral range, where outgoing ports come from
+MUX_SESSIONS = 8              # per master, below sshd's default MaxSessions (10)
+KILL_LOCAL_AFTER = 3.0        # after SIGKILL: end the local ssh if the remote is silent
+BOOTSTRAP_SOURCE = Path(remote_bootstrap.__file__).read_text(encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class SSHOptions:
+    """The spec's ``ssh`` section."""
+
+    user: str | None = None
+    port: int | None = None
+    identity_file: str | None = None
+    known_hosts_file: str | None = None
+    strict_host_key_checking: bool | str = True   # True, False or "accept-new"
+    connect_timeout: float = 10.0
+    config_file: str | None = None
+    options: dict[str, str] = field(default_factory=dict)
+    python: str = "python3"
+    multiplex: bool = True
+
+
+def parse_options(raw: dict[str, Any] | None, where: str = "ssh") -> SSHOptions:
+    section = expect_dict(raw if raw is not None else {}, where)
+    check_keys(section, OPTION_KEYS, where)
+    kw: dict[str, Any] = {}
+    for key in ("user", "identity_file", "known_hosts_file", "config_file", "python"):
+        if key in section:
+            value = expect_str(section[key], f"{where}.{key}")
+            if "\n" in value or "\x00" in value:
+                raise SpecError(f"{where}.{key}", "must be one line")
+            kw[key] = os.path.expanduser(value) if key.endswith("_file") else value
+    if "user" in kw and (kw["user"].startswith("-") or "@" in kw["user"]):
+        raise SpecError(f"{where}.user", f"{kw['user']!r} is not a user name")
+    if "port" in section:
+        kw["port"] = expect_int(section["port"], f"{where}.port")
+        if kw["port"] > 65535:
+            raise SpecError(f"{where}.port", f"must be at most 65535, got {kw['port']}")
+    if "connect_timeout" in section:
+        kw["connect_timeout"] = expect_number(section["connect_timeout"],
+                                              f"{where}.connect_timeout", minimum=1)
+    if "strict_host_key_checking" in section:
+        value = section["strict_host_key_checking"]
+        if value is not True and value is not False and value != "accept-new":
+            raise SpecError(f"{where}.strict_host_key_checking",
+                            f"must be true, false or \"accept-new\", got {value!r}")
+        kw["strict_host_key_checking"] = value
+    if "multiplex" in section:
+        kw["multiplex"] = expect_bool(section["multiplex"], f"{where}.multiplex")
+    if "options" in section:
+        extra = expect_dict(section["options"], f"{where}.options")
+        clean = {}
+        for name, value in extra.items():
+            at = f"{where}.options.{name}"
+            if not name.isalnum():
+                raise SpecError(at, "is not an OpenSSH option name (letters and digits)")
+            if name.lower() in RESERVED:
+                own = RESERVED[name.lower()]
+                raise SpecError(at, f"set by tfcluster; use {where}.{own}" if own else
+                            "set by tfcluster; it cannot be changed")
+            if isinstance(value, bool):
+                value = "yes" if value else "no"
+            elif isinstance(value, int):
+                value = str(value)
+            value = expect_str(value, at)
+            if "\n" in value or "\x00" in value:
+                raise SpecError(at, "must be one line")
+            clean[name] = value
+        kw["options"] = clean
+    return SSHOptions(**kw)
+
+
+def _ssh_path(path: str) -> str:
+    """A path as an OpenSSH option value: '%' is a token there, whitespace splits words."""
+    path = path.replace("%", "%%")
+    return f'"{path}"' if any(c.isspace() for c in path) else path
+
+
+def remote_command(python: str) -> str:
+    """What the remote shell runs: the bootstrap stub. Nothing of the task is in it."""
+    return f"exec {shlex.quote(python)} -c {shlex.quote(remote_bootstrap.STUB)}"
+
+
+def launch_lines(desc: dict) -> bytes:
+    """stdin for the bootstrap: its source, then the launch description, one line each."""
+    return (json.dumps(BOOTSTRAP_SOURCE) + "\n" + json.dumps(desc) + "\n").encode()
+
+
+def explain_ssh_error(text: str, options: SSHOptions) -> str:
+    """One line from ssh's stderr that says what went wrong, in words a user can act on."""
+    lines = [ln.strip() for ln in text.splitlines()
+             if ln.strip() and not ln.startswith("@") and not ln.startswith("Warning:")]
+    known = options.known_hosts_file or "~/.ssh/known_hosts"
+    if "REMOTE HOST IDENTIFICATION HAS CHANGED" in text:
+        return (f"host key verification failed: the host's key does not match the one in "
+                f"{known} (possible impostor; if the host was reinstalled, update that file)")
+    if "host key is known" in text or "Host key verification failed" in text:
+        return (f"host key verification failed: no key for this host in {known} (add it, "
+                f"e.g. with ssh-keyscan, or set ssh.strict_host_key_checking to "
+                f"\"accept-new\")")
+    if "Permission denied" in text:
+        line = next(ln for ln in lines if "Permission denied" in ln)
+        return f"authentication failed ({line}): check ssh.user and ssh.identity_file"
+    for marker in ("Connection refused", "No route to host", "timed out",
+                   "Could not resolve hostname", "Network is unreachable",
+                   "Connection closed", "Connection reset"):
+        for ln in lines:
+            if marker in ln:
+                return f"cannot connect: {ln}"
+    return lines[-1] if lines else "ssh failed without a message"
+
+
+@dataclass
+class _Master:
+    """One master connection (ControlMaster): the tasks on its host share it."""
+
+    proc: subprocess.Popen
+    path: str
+    log: IO[bytes]
+
+    @property
+    def ready(self) -> bool:
+        return self.proc.poll() is None and os.path.exists(self.path)
+
+
+class SSHHandle(TaskHandle):
+    """A task started through ``ssh``: its output, its exit status, signals by control line."""
+
+    def __init__(self, task: TaskPlan, argv: list[str], desc: dict):
+        self.task = task
+        self.nonce = desc["nonce"].encode()
+        self.remote_pid: int | None = None
+        self._exit: int | None = None
+        self._lock = threading.Lock()
+        read_end, self._write_end = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=self._write_end, stderr=subprocess.PIPE,
+                start_new_session=True, preexec_fn=_die_with_parent)
+        except BaseException:
+            os.close(read_end)
+            os.close(self._write_end)
+            raise
+        self.output = os.fdopen(read_end, "rb")
+        self._relay = threading.Thread(target=self._read_status, name=f"ssh-{task.name}",
+                                       daemon=True)
+        self._relay.start()
+        self._send(launch_lines(desc))
+
+    def _send(self, data: bytes) -> bool:
+        with self._lock:
+            try:
+                self.proc.stdin.write(data)
+                self.proc.stdin.flush()
+                return True
+            except (OSError, ValueError):
+                return False
+
+    def _read_status(self) -> None:
+        """ssh's stderr: the bootstrap's status lines; anything else joins the output."""
+        prefix = self.nonce + b" "
+        try:
+            for line in iter(self.proc.stderr.readline, b""):
+                if line.startswith(prefix):
+                    try:
+                        status = json.loads(line[len(prefix):])
+                    except ValueError:
+                        continue
+                    if "started" in status:
+                        self.remote_pid = status["started"]
+                    if "exit" in status:
+                        self._exit = status["exit"]
+                    continue
+                try:
+                    view = memoryview(line)
+                    while view:
+                        view = view[os.write(self._write_end, view):]
+                except OSError:
+                    pass
+        finally:
+            os.close(self._write_end)
+
+    def poll(self) -> int | None:
+        code = self.proc.poll()
+        if code is None:
+            return None
+        self._relay.join(timeout=5)
+        return self._exit if self._exit is not None else code
+
+    def signal(self, sig: int) -> None:
+        if self.proc.poll() is not None:
+            return
+        self._send(f"{int(sig)}\n".encode())
+        if sig == signal.SIGKILL:
+            self.close_stdin()
+            timer = threading.Timer(KILL_LOCAL_AFTER, self._kill_local)
+            timer.daemon = True
+            timer.start()
+
+    def close_stdin(self) -> None:
+        """End of stdin: the bootstrap ends the task's group (SIGTERM, then SIGKILL)."""
+        with self._lock:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+
+    def _kill_local(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid
+
+
+class SSHBackend(Backend):
+    """Runs each task on its host over ssh; one master connection per host."""
+
+    name = "ssh"
+
+    def __init__(self, spec, options: SSHOptions | None = None):
+        super().__init__(spec, options if options is not None else SSHOptions())
+        self.options: SSHOptions
+        self._ports: set[tuple[str, int]] = set()
+        self._random = random.SystemRandom()
+        self._control_dir: str | None = None
+        self._masters: dict[str, _Master] = {}
+        self._sessions: dict[str, list[SSHHandle]] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def validate_options(cls, raw: dict[str, Any] | None, field: str) -> SSHOptions:
+        return parse_options(raw, field)
+
+    # ------------------------------------------------------------------ ssh command lines
+    def ssh_argv(self, host: str, command: str | None = None, master_path: str | None = None,
+                 mux: bool = False) -> list[str]:
+        """``ssh ... -- HOST [COMMAND]``; with ``master_path``: the host's master connection;
+        with ``mux``: a session through that master."""
+        o = self.options
+        argv = ["ssh"]
+        if o.config_file:
+            argv += ["-F", o.config_file]
+        for name, value in o.options.items():   # the user's first: the first value wins
+            argv += ["-o", f"{name}={value}"]
+        check = {True: "yes", False: "no"}.get(o.strict_host_key_checking, "accept-new")
+        argv += ["-T", "-e", "none", "-o", "BatchMode=yes",
+                 "-o", f"ConnectTimeout={math.ceil(o.connect_timeout)}",
+                 "-o", f"StrictHostKeyChecking={check}",
+                 "-o", "ServerAliveInterval=10", "-o", "ServerAliveCountMax=3"]
+        if o.known_hosts_file:
+            argv += ["-o", f"UserKnownHostsFile={_ssh_path(o.known_hosts_file)}"]
+        elif o.strict_host_key_checking is False:
+            argv += ["-o", "UserKnownHostsFile=/dev/null"]
+        if o.identity_file:
+            argv += ["-i", o.identity_file.replace("%", "%%"), "-o", "IdentitiesOnly=yes"]
+        if o.port:
+            argv += ["-p", str(o.port)]
+        if o.user:
+            argv += ["-l", o.user]
+        if master_path is not None:
+            argv += ["-M", "-N", "-o", "ControlPersist=no",
+                     "-o", f"ControlPath={_ssh_path(master_path)}"]
+        elif mux:
+            argv += ["-o", "ControlMaster=no",
+                     "-o", f"ControlPath={_ssh_path(self._masters[host].path)}"]
+        argv += ["--", host]
+        if command is not None:
+            argv.append(command)
+        return argv
+
+    def _new_control_path(self) -> str:
+        if self._control_dir is None:
+            base = "/tmp" if os.path.isdir("/tmp") else None   # short: sockets max ~100 chars
+            self._control_dir = tempfile.mkdtemp(prefix="tfc-ssh-", dir=base)
+        return os.path.join(self._control_dir, secrets.token_hex(4))
+
+    # ------------------------------------------------------------------ the interface
+    def allocate_port(self, host: str) -> int:
+        """A port from a range, not handed out before; a race with another program is
+        caught by the job loop (the task fails to bind; new ports, start again)."""
+        for _ in range(1000):
+            port = self._random.randrange(*PORT_RANGE)
+            if (host, port) not in self._ports:
+                self._ports.add((host, port))
+                return port
+        raise RuntimeError(f"no free port left in {PORT_RANGE} for {host}")
+
+    def preflight(self, plan: JobPlan) -> None:
+        """Every host in parallel: connect (opening its master connection), then check each
+        task's working directory and program there. One error names every failed host."""
+        self._check_local_files()
+        hosts: dict[str, list[TaskPlan]] = {}
+        for task in plan.tasks:
+            hosts.setdefault(task.host, []).append(task)
+        deadline = time.monotonic() + max(self.spec.timeouts.get("start", 60.0),
+                                          self.options.connect_timeout + 5)
+        failures: dict[str, str] = {}
+        if self.options.multiplex:
+            failures.update(self._open_masters(list(hosts), deadline))
+        checks = {h: self._spawn_check(h, tasks) for h, tasks in hosts.items()
+                  if h not in failures}
+        with ThreadPoolExecutor(max_workers=max(1, len(checks))) as pool:
+            outcomes = dict(zip(checks, pool.map(
+                lambda item: self._finish_check(item[0], item[1], deadline), checks.items())))
+        failures.update({h: why for h, why in outcomes.items() if why})
+        if failures:
+            self.close()
+            lines = [f"  {host} ({', '.join(t.name for t in hosts[host])}): {why}"
+                     for host, why in failures.items()]
+            raise PreflightError(f"ssh preflight failed on {len(failures)} of {len(hosts)} "
+                                 f"hosts; nothing was started:\n" + "\n".join(lines))
+
+    def _check_local_files(self) -> None:
+        o = self.options
+        for key in ("identity_file", "known_hosts_file", "config_file"):
+            path = getattr(o, key)
+            if path and (not os.path.exists(path) or os.path.isdir(path)):
+                raise PreflightError(f"ssh.{key}: file not found: {path}")
+
+    def _open_masters(self, hosts: list[str], deadline: float) -> dict[str, str]:
+        """Start one master connection per host; wait until each is up or has failed."""
+        failures = {}
+        for host in hosts:
+            path = self._new_control_path()
+            log = tempfile.TemporaryFile()  # noqa: SIM115 - closed with the master
+            proc = subprocess.Popen(self.ssh_argv(host, master_path=path),
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=log, start_new_session=True,
+                                    preexec_fn=_die_with_parent)
+            self._masters[host] = _Master(proc, path, log)
+        waiting = set(hosts)
+        while waiting and time.monotonic() < deadline:
+            for host in list(waiting):
+                master = self._masters[host]
+                if master.ready:
+                    waiting.discard(host)
+                elif master.proc.poll() is not None:
+                    waiting.discard(host)
+                    master.log.seek(0)
+                    failures[host] = explain_ssh_error(master.log.read().decode(errors="replace"),
+                                                       self.options)
+            time.sleep(0.01)
+        for host in waiting:
+            failures[host] = f"no answer within {self.options.connect_timeout:.0f}s"
+        for host in failures:
+            self._stop_master(host)
+        return failures
+
+    def _spawn_check(self, host: str, tasks: list[TaskPlan]) -> subprocess.Popen:
+        items = [{"task": t.name, "program": t.command[0], "cwd": t.cwd,
+                  "path": t.env.get("PATH")} for t in tasks]
+        desc = {"nonce": secrets.token_hex(8), "check": items}
+        mux = host in self._masters and self._masters[host].ready
+        proc = subprocess.Popen(self.ssh_argv(host, remote_command(self.options.python), mux=mux),
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True,
+                                preexec_fn=_die_with_parent)
+        proc.launch = launch_lines(desc)  # type: ignore[attr-defined]
+        return proc
+
+    def _finish_check(self, host: str, proc: subprocess.Popen, deadline: float) -> str | None:
+        """Why ``host`` failed its check, or None."""
+        try:
+            out, err = proc.communicate(proc.launch,  # type: ignore[attr-defined]
+                                        timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            return "no answer to the check in time"
+        text = err.decode(errors="replace")
+        if proc.returncode == 255:
+            return explain_ssh_error(text, self.options)
+        if proc.returncode == 127 and "not found" in text:
+            return (f"the interpreter {self.options.python!r} (ssh.python) is not on this "
+                    f"host's PATH; Python 3 is needed there to start the tasks")
+        try:
+            result = json.loads(out.decode(errors="replace").strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            lines = [ln for ln in text.splitlines() if ln.strip()]
+            return (f"the check did not run (exit status {proc.returncode}): "
+                    f"{lines[-1] if lines else 'no output'}")
+        return "; ".join(result["problems"]) or None
+
+    def _description(self, task: TaskPlan, argv: list[str]) -> dict:
+        return {"nonce": secrets.token_hex(8), "argv": argv, "env": task.env, "cwd": task.cwd,
+                "grace": self.spec.timeouts.get("kill", 5.0)}
+
+    def _open(self, task: TaskPlan) -> SSHHandle:
+        """Start ``task`` through its host's master while that has sessions to spare."""
+        with self._lock:
+            master = self._masters.get(task.host)
+            live = [h for h in self._sessions.get(task.host, []) if h.proc.poll() is None]
+            mux = master is not None and master.ready and len(live) < MUX_SESSIONS
+            argv = self.ssh_argv(task.host, remote_command(self.options.python), mux=mux)
+            handle = SSHHandle(task, argv, self._description(task, task.command))
+            self._sessions[task.host] = live + [handle] if mux else live
+            return handle
+
+    def start(self, task: TaskPlan) -> SSHHandle:
+        return self._open(task)
+
+    def probe(self, task: TaskPlan, argv: list[str], timeout: float) -> ProbeResult:
+        handle = self._open(replace(task, command=list(argv)))
+        chunks: list[bytes] = []
+        reader = threading.Thread(target=lambda: chunks.extend(iter(handle.output.readline,
+                                                                    b"")), daemon=True)
+        reader.start()
+        deadline = time.monotonic() + timeout
+        while handle.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        status = handle.poll()
+        if status is None:
+            handle.kill()
+            handle.proc.wait()
+            reader.join(timeout=2)
+            handle.output.close()
+            return ProbeResult(124, f"timed out after {timeout:.0f}s")
+        handle.close_stdin()
+        reader.join(timeout=5)
+        handle.output.close()
+        return ProbeResult(status, b"".join(chunks).decode(errors="replace"))
+
+    def describe(self, plan: JobPlan) -> str | None:
+        hosts = list(dict.fromkeys(t.host for t in plan.tasks))
+        lines = ["# ssh: each task starts as (argv, env and cwd go as JSON on stdin):"]
+        lines += [f"#   {shlex.join(self.ssh_argv(h, remote_command(self.options.python)))}"
+                  for h in hosts]
+        return "\n".join(lines)
+
+    def _stop_master(self, host: str) -> None:
+        master = self._masters.pop(host, None)
+        if master is None:
+            return
+        if master.proc.poll() is None:
+            master.proc.terminate()
+            try:
+                master.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                master.proc.kill()
+                master.proc.wait()
+        master.log.close()
+
+    def close(self) -> None:
+        for host in list(self._masters):
+            self._stop_master(host)
+        if self._control_dir is not None:
+            shutil.rmtree(self._control_dir, ignore_errors=True)
+            self._control_dir = None
+
+
+BACKEND = SSHBackend

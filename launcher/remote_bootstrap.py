@@ -1,0 +1,142 @@
+"""Runs on a remote host, sent there by the ssh backend: starts one task, relays signals to
+its process group, and ends that group when the launcher goes away.
+
+Plain standard library, Python 3.6+; no shell ever sees the task's arguments or environment.
+The ssh backend runs ``PYTHON -c STUB`` (``STUB`` below) and writes to its stdin:
+
+1. this file's source, as one JSON string (the stub reads it and runs it);
+2. one JSON launch description: ``{"nonce", "argv", "env", "cwd", "grace"}`` to run a task,
+   or ``{"nonce", "check": [...]}`` to check programs and directories (preflight);
+3. then control lines, each a signal number for the task's process group.
+
+End of stdin (the launcher closed it, died, or the connection dropped) terminates the group,
+then kills it after ``grace`` seconds. When the task ends, whatever is left of its group is
+killed. stdout carries the task's stdout and stderr; stderr carries status lines for the
+launcher, ``NONCE {"started": PID}`` and ``NONCE {"exit": STATUS}`` (negative: signal).
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+STUB = "import sys,json;exec(json.loads(sys.stdin.readline()))"
+
+
+def report(nonce, **fields):
+    """A status line for the launcher, on stderr."""
+    try:
+        sys.stderr.write(nonce + " " + json.dumps(fields) + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def say(text):
+    """A line in the task's output, from the bootstrap itself."""
+    try:
+        sys.stdout.write("tfcluster-bootstrap: " + text + "\n")
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def killpg(pgid, sig):
+    try:
+        os.killpg(pgid, sig)
+    except OSError:
+        pass
+
+
+def group_alive(pgid):
+    try:
+        os.killpg(pgid, 0)
+    except OSError:
+        return False
+    return True
+
+
+def watch_control(pgid, grace):
+    """Relay control lines as signals; at end of stdin, terminate then kill the group."""
+    for line in sys.stdin:
+        try:
+            killpg(pgid, int(line.strip()))
+        except ValueError:
+            continue
+    killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    killpg(pgid, signal.SIGKILL)
+
+
+def find_program(program, cwd, path):
+    if "/" in program:
+        full = os.path.join(cwd or os.getcwd(), os.path.expanduser(program))
+        return full if os.path.isfile(full) and os.access(full, os.X_OK) else None
+    return shutil.which(program, path=path)
+
+
+def check(items):
+    """Preflight: every task's working directory and program, as one JSON line."""
+    problems = []
+    for item in items:
+        cwd, program = item.get("cwd"), item["program"]
+        if cwd and not os.path.isdir(cwd):
+            problems.append(f"{item['task']}: working directory {cwd} does not exist")
+            continue
+        path = item.get("path") or os.environ.get("PATH", os.defpath)
+        if find_program(program, cwd, path) is None:
+            problems.append(f"{item['task']}: program {program} not found or not executable")
+    print(json.dumps({"host": socket.gethostname(), "problems": problems}))
+
+
+def run(desc):
+    nonce = desc["nonce"]
+    env = dict(os.environ)
+    env.update(desc.get("env") or {})
+    cwd = desc.get("cwd") or None
+    argv = desc["argv"]
+    if cwd and not os.path.isdir(cwd):
+        say(f"working directory {cwd} does not exist on {socket.gethostname()}")
+        report(nonce, exit=127)
+        return 127
+    try:
+        child = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                                 stderr=subprocess.STDOUT, start_new_session=True)
+    except OSError as e:
+        say(f"cannot start {argv[0]} on {socket.gethostname()}: {e.strerror}")
+        status = 127 if isinstance(e, FileNotFoundError) else 126
+        report(nonce, exit=status)
+        return status
+    report(nonce, started=child.pid)
+    watcher = threading.Thread(target=watch_control, args=(child.pid, desc.get("grace", 5.0)))
+    watcher.daemon = True
+    watcher.start()
+    status = child.wait()
+    killpg(child.pid, signal.SIGKILL)
+    report(nonce, exit=status)
+    return status if status >= 0 else 128 - status
+
+
+def main():
+    desc = json.loads(sys.stdin.readline())
+    if "check" in desc:
+        check(desc["check"])
+        return 0
+    return run(desc)
+
+
+if __name__ == "__main__":
+    code = main()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)  # not sys.exit: the watcher thread may hold stdin's lock
