@@ -155,8 +155,10 @@ def default_run_dir(spec, run_id: str) -> str:
 
 
 def monitors_for(spec, plan, backend, job_console, events) -> list:
-    """The monitors that watch a job (the coordinator, issue 3). None yet by default."""
-    return []
+    """The monitors that watch a job: the coordinator (launcher/coordination.py)."""
+    from launcher.coordination import coordinator_monitor
+
+    return [coordinator_monitor(spec, plan, job_console, events)]
 
 
 def execute(spec, backend, plan, command, args) -> int:
@@ -169,10 +171,14 @@ def execute(spec, backend, plan, command, args) -> int:
     events = EventLog(os.path.join(run_dir, "events.jsonl"))
     try:
         backend.preflight(plan)
+        from launcher.storage_check import preflight_model_dir
+        if preflight_model_dir(spec, plan, backend, args, console, events):
+            return 0    # model_dir already holds a checkpoint at max_steps
         _write_plan(run_dir, plan)
         for attempt in range(MAX_PORT_RETRIES + 1):
             job = Job(plan, backend, run_dir, console, spec.timeouts,
-                      monitors_for(spec, plan, backend, console, events), events)
+                      monitors_for(spec, plan, backend, console, events), events,
+                      restart=spec.restart)
             try:
                 result = job.run()
                 break

@@ -5,6 +5,8 @@ Policy lives here, mechanism in the backends. The end of a job:
   monitor (the coordinator) says max_steps is reached; then workers get ``timeouts.finish``
   and the evaluator ``timeouts.evaluator`` to exit on their own, and every ps and leftover
   task gets SIGTERM, then SIGKILL after ``timeouts.kill``;
+- a task that ends before that is judged by launcher/restarts.py (the restart policies):
+  it is restarted alone, or the whole cluster is (a lost ps), or the job fails;
 - failure when a task exits with an error (or a monitor says the job stalled): every task is
   stopped and the failing task's last lines are shown;
 - Ctrl-C or SIGTERM to the launcher stops every task.
@@ -23,6 +25,7 @@ from typing import IO, Callable, Protocol
 
 from launcher.backends.base import Backend, TaskHandle
 from launcher.events import EventLog
+from launcher.restarts import CLUSTER, RestartBook, Verdict
 from launcher.tf_config import JobPlan, TaskPlan
 
 TRAINERS = ("chief", "master", "worker")
@@ -72,10 +75,12 @@ class TaskRun:
 
 @dataclass
 class Decision:
-    """What a monitor tells the job loop: ``finish`` (training is done) or ``fail``."""
+    """What a monitor tells the job loop: ``finish`` (training is done) or ``fail``. A
+    ``fail`` that names the lost ``task`` ("ps:0") goes through the restart policies."""
 
     action: str
     reason: str
+    task: str | None = None
 
 
 class Monitor(Protocol):
@@ -128,7 +133,7 @@ class Job:
 
     def __init__(self, plan: JobPlan, backend: Backend, run_dir: str, console: Console,
                  timeouts: dict[str, float], monitors: list[Monitor] | None = None,
-                 events: EventLog | None = None):
+                 events: EventLog | None = None, restart: dict | None = None):
         self.plan = plan
         self.backend = backend
         self.run_dir = run_dir
@@ -143,6 +148,12 @@ class Job:
         self.started = time.monotonic()
         self.training_done_at: float | None = None
         self.status_hooks: list[Callable[[Job], None]] = []
+        self.wake = threading.Event()  # set when a task's output ends: it is likely exiting
+        trainers = sum(t.type in TRAINERS for t in plan.tasks)
+        synchronous = trainers > 1 and not any(t.type == "ps" for t in plan.tasks)
+        self.restarts = RestartBook(dict(restart or {}), synchronous)
+        self.due: dict[str, float] = {}     # task name -> when its restart is due
+        self._ended: list[TaskRun] = []     # reaped, not yet judged
 
     # ------------------------------------------------------------------ queries
     def run_of(self, type_: str, index: int = 0) -> TaskRun | None:
@@ -159,6 +170,11 @@ class Job:
 
     def live(self) -> list[TaskRun]:
         return [r for r in self.runs if r.running]
+
+    @property
+    def restart_count(self) -> int:
+        """Restarts so far, every task together (for progress lines)."""
+        return sum(r.restarts for r in self.runs)
 
     # ------------------------------------------------------------------ mechanics
     def start_task(self, run: TaskRun) -> None:
@@ -188,6 +204,7 @@ class Job:
             pass
         finally:
             log.close()
+            self.wake.set()
 
     def _reap(self) -> list[TaskRun]:
         """Record tasks that ended since the last turn; return them."""
@@ -200,6 +217,13 @@ class Job:
                     self.events.write("task_exited", task=run.name, status=status,
                                       stopped=run.stopped, duration=round(run.duration(), 3))
                     ended.append(run)
+        self._ended.extend(ended)
+        return ended
+
+    def _take_ended(self) -> list[TaskRun]:
+        """Every task reaped since the last call, also those reaped while stopping others."""
+        self._reap()
+        ended, self._ended = self._ended, []
         return ended
 
     def stop(self, runs: list[TaskRun], reason: str) -> None:
@@ -213,7 +237,8 @@ class Job:
             run.handle.terminate()
         deadline = time.monotonic() + self.timeouts.get("kill", 5.0)
         while any(r.running for r in runs) and time.monotonic() < deadline:
-            time.sleep(0.05)
+            self.wake.wait(0.02)
+            self.wake.clear()
             self._reap()
         for run in runs:
             if run.running:
@@ -248,7 +273,7 @@ class Job:
             if self.interrupted:
                 name = signal.Signals(self.interrupted).name
                 return self._finish(128 + self.interrupted, f"interrupted by {name}")
-            for run in self._reap():
+            for run in self._take_ended():
                 failure = self._judge_exit(run, finishing_since is not None)
                 if failure:
                     return self._fail(run, failure)
@@ -257,7 +282,9 @@ class Job:
                 if decision is None:
                     continue
                 if decision.action == "fail":
-                    return self._finish(1, decision.reason)
+                    failure = self._judge_lost(decision)
+                    if failure:
+                        return self._finish(1, failure)
                 if decision.action == "finish" and finishing_since is None:
                     self.console.info(decision.reason)
                     finishing_since = time.monotonic()
@@ -269,23 +296,69 @@ class Job:
                 self.training_done_at = self.training_done_at or finishing_since
                 if self._ended_well(finishing_since):
                     return self._finish(0, "training finished and every task ended")
+            self._start_due()
             for hook in self.status_hooks:
                 hook(self)
-            time.sleep(0.05)
+            self.wake.wait(0.05)
+            self.wake.clear()
 
     def _judge_exit(self, run: TaskRun, finishing: bool) -> str | None:
-        """Why this exit fails the job, or None when it is fine."""
+        """Why this exit fails the job, or None when it is fine (or restarts it)."""
         if run.stopped:
             return None
         if run.status != 0:
-            if finishing and run.task.type in TRAINERS and run.status < 0:
-                return None
+            if run.pump is not None:
+                run.pump.join(timeout=2)    # its last lines tell an error from a kill
             if run.task.auto_port and any(m in line for line in run.tail for m in PORT_IN_USE):
                 raise PortConflict(f"{run.name} could not bind port {run.task.port}")
-            return f"{run.name} failed with exit status {run.status_text()}"
-        if run.task.type == "ps" and not finishing:
-            return f"{run.name} exited before training ended"
+        verdict = self.restarts.judge_exit(run.task.type, run.name, run.status, run.tail,
+                                           finishing)
+        return self._apply(verdict, run)
+
+    def _judge_lost(self, decision: Decision) -> str | None:
+        """A monitor's ``fail``: restart the task it names when its policy says so."""
+        run = next((r for r in self.runs if r.name == decision.task), None)
+        if run is None:
+            return decision.reason
+        if run.name in self.due:
+            return None     # already being restarted
+        verdict = self.restarts.judge_lost(run.task.type, run.name, decision.reason)
+        if verdict.action == "restart":
+            self.stop([run], decision.reason)
+        return self._apply(verdict, run)
+
+    def _apply(self, verdict: Verdict, run: TaskRun) -> str | None:
+        """Carry out a restart verdict; return the reason when the job must fail."""
+        if verdict.action == "fail":
+            return verdict.reason
+        if verdict.action == "ignore":
+            return None
+        self.console.info(verdict.reason)
+        self.events.write("restart_scheduled", task=run.name, scope=verdict.scope,
+                          attempt=verdict.attempt, delay=verdict.delay, reason=verdict.reason)
+        due = time.monotonic() + verdict.delay
+        if verdict.scope == CLUSTER:
+            members = [r for r in self.runs if r.task.type != "evaluator"]
+            self.stop([r for r in members if r.running], f"restarting the cluster: {run.name}")
+            for member in members:
+                self.due[member.name] = due
+        else:
+            self.due[run.name] = due
         return None
+
+    def _start_due(self) -> None:
+        """Start again, in plan order, the tasks whose restart is due."""
+        now = time.monotonic()
+        if self.training_done_at is not None:   # trainers lost after the end stay down
+            self.due = {n: t for n, t in self.due.items() if n.startswith("evaluator")}
+        for run in self.runs:
+            if run.name in self.due and self.due[run.name] <= now and not self.interrupted:
+                del self.due[run.name]
+                run.restarts += 1
+                run.tail.clear()
+                if run.pump is not None:
+                    run.pump.join(timeout=2)
+                self.start_task(run)
 
     def _ended_well(self, since: float) -> bool:
         """After training: wait for trainers and the evaluator, then stop the rest."""
@@ -296,6 +369,9 @@ class Job:
                 waiting.append(run)
             elif run.task.type == "evaluator" and now - since < self.timeouts["evaluator"]:
                 waiting.append(run)
+        if any(name.startswith("evaluator") for name in self.due) and \
+                now - since < self.timeouts["evaluator"]:
+            return False
         if waiting:
             return False
         leftovers = self.live()

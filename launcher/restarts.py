@@ -1,0 +1,148 @@
+"""Restart or fail: the one place that decides what a lost task means for the job.
+
+An exit is classified first:
+- ``ok``: exit status 0;
+- ``signal``: killed by a signal (negative status, or 128+N from a shell or wrapper), e.g.
+  kill -9, the OOM killer, a preempted host;
+- ``transient``: an error exit whose output names an error caused by a peer going away
+  (UnavailableError, "Socket closed"...: orchestrator.policies.TRANSIENT_ERRORS);
+- ``error``: any other non-zero exit, typically a Python traceback from the user's code.
+
+Then the role's policy (the spec's ``restart`` section, else orchestrator.policies.DEFAULTS):
+- ``never``: any failure fails the job;
+- ``on-failure``: a ``signal`` or ``transient`` exit is restarted; an ``error`` is not
+  retried (the same code would fail the same way) and fails the job;
+- ``always``: every failure, ``error`` included, is restarted, and so is a ps that exits 0
+  before training ended.
+``max_restarts`` bounds the restarts caused by one task; once spent, the next failure of
+that task fails the job ("restart budget spent"). Restart n waits ``backoff·2^(n-1)`` s
+(at most 60). The scope (the task alone, or every task) is TensorFlow's rule for the role
+(orchestrator.policies.scope_for): a lost ps restarts the whole cluster, which restores
+from the newest complete checkpoint in model_dir.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from orchestrator.policies import (
+    ALWAYS,
+    CLUSTER,
+    DEFAULTS,
+    NEVER,
+    TASK,
+    TRANSIENT_ERRORS,
+    backoff_delay,
+    scope_for,
+)
+
+OK, SIGNAL, TRANSIENT, ERROR, LOST = "ok", "signal", "transient", "error", "lost"
+TRAINERS = ("chief", "master", "worker")
+
+
+@dataclass(frozen=True)
+class Policy:
+    policy: str
+    max_restarts: int
+    backoff: float
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """``ignore`` (nothing to do), ``restart`` (after ``delay`` s, ``scope`` task or
+    cluster) or ``fail`` (the job ends); ``reason`` is the line shown to the user."""
+
+    action: str
+    reason: str
+    scope: str = TASK
+    delay: float = 0.0
+    attempt: int = 0
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def classify_exit(status: int, tail: Iterable[str] = ()) -> tuple[str, str]:
+    """(kind, description) of an exit status and the task's last output lines."""
+    if status == 0:
+        return OK, "exited 0"
+    if status < 0:
+        return SIGNAL, f"was killed by {signal_name(-status)}"
+    if 128 < status <= 128 + 64:
+        return SIGNAL, f"was killed by {signal_name(status - 128)} (exit status {status})"
+    lines = list(tail)
+    for line in reversed(lines):
+        for marker in TRANSIENT_ERRORS:
+            if marker in line:
+                return TRANSIENT, f"failed with exit status {status} ({marker}: a peer went away)"
+    return ERROR, f"failed with exit status {status}"
+
+
+@dataclass
+class RestartBook:
+    """Applies the policies and counts the restarts each task caused."""
+
+    overrides: dict = field(default_factory=dict)   # role -> launcher.spec.RestartPolicy
+    synchronous: bool = False
+    caused: dict[str, int] = field(default_factory=dict)
+
+    def policy_for(self, role: str) -> Policy:
+        given = self.overrides.get(role)
+        if given is not None:
+            return Policy(given.policy, given.max_restarts, given.backoff)
+        d = DEFAULTS[role]
+        return Policy(d.policy, d.max_restarts, d.backoff)
+
+    def judge_exit(self, role: str, name: str, status: int, tail: Iterable[str],
+                   finishing: bool) -> Verdict:
+        """What an exit the launcher did not ask for means."""
+        kind, what = classify_exit(status, tail)
+        if kind == OK:
+            if role == "ps" and not finishing:
+                if self.policy_for(role).policy == ALWAYS:
+                    return self._restart(role, name, f"{name} exited before training ended")
+                return Verdict("fail", f"{name} exited before training ended")
+            return Verdict("ignore", f"{name} {what}")
+        if finishing:
+            if role in TRAINERS and kind == SIGNAL:
+                return Verdict("ignore", f"{name} {what} after training ended")
+            if role == "ps":
+                return Verdict("ignore", f"{name} {what} after training ended")
+            if role != "evaluator":
+                return Verdict("fail", f"{name} {what}")
+        return self._decide(role, name, kind, f"{name} {what}")
+
+    def judge_lost(self, role: str, name: str, reason: str) -> Verdict:
+        """A monitor found the task lost (unreachable, hung) while the launcher saw no exit."""
+        return self._decide(role, name, LOST, reason)
+
+    def _decide(self, role: str, name: str, kind: str, what: str) -> Verdict:
+        policy = self.policy_for(role)
+        if policy.policy == NEVER:
+            return Verdict("fail", f"{what}; restart policy of {role} is never")
+        if kind == ERROR and policy.policy != ALWAYS:
+            return Verdict("fail", f"{what}; not retried: an error in the task's own code "
+                                   f"would repeat (restart policy 'always' retries it)")
+        return self._restart(role, name, what)
+
+    def _restart(self, role: str, name: str, what: str) -> Verdict:
+        policy = self.policy_for(role)
+        done = self.caused.get(name, 0)
+        if done >= policy.max_restarts:
+            return Verdict("fail", f"{what}; restart budget spent ({done} of "
+                                   f"{policy.max_restarts} restarts of {name} used)")
+        attempt = done + 1
+        self.caused[name] = attempt
+        scope = scope_for(role, self.synchronous)
+        delay = backoff_delay(policy.backoff, attempt)
+        target = ("restarting the whole cluster from the newest checkpoint" if scope == CLUSTER
+                  else f"restarting {name}")
+        return Verdict("restart", f"{what}; {target} in {delay:g}s "
+                                  f"(restart {attempt} of {policy.max_restarts})",
+                       scope, delay, attempt)

@@ -1,0 +1,71 @@
+"""A stand-in task that fails on purpose (no TensorFlow), for the restart tests.
+
+FLAKY_PLAN is JSON: role ("worker:1", else "worker") -> a list of behaviours, one per start
+(the last one repeats): "forever", "exit N after T", "kill SIG after T" (the task kills
+itself), "error after T" (a Python traceback), "transient after T" (a TF error caused by a
+peer), "spawn then forever" (leaves a child in its process group), "bind-taken" (holds the
+port of the task named by FLAKY_STEAL, then runs forever; "bind after T" binds its own
+port like a TF server, or fails with "Address already in use").
+Each start appends a line to $FLAKY_DIR/<type>-<index>.starts.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+config = json.loads(os.environ["TF_CONFIG"])
+kind, index = config["task"]["type"], config["task"]["index"]
+name = f"{kind}:{index}"
+plan = json.loads(os.environ.get("FLAKY_PLAN", "{}"))
+steps = plan.get(name, plan.get(kind, ["exit 0 after 0.5"]))
+record = os.path.join(os.environ["FLAKY_DIR"], f"{kind}-{index}.starts")
+with open(record, "a") as f:
+    f.write(f"{os.getpid()}\n")
+with open(record) as f:
+    start = len(f.read().splitlines()) - 1
+words = steps[min(start, len(steps) - 1)].split()
+print(f"{name} start {start}: {' '.join(words)}", flush=True)
+
+
+def address(task_name: str) -> tuple[str, int]:
+    t, i = task_name.split(":")
+    members = config["cluster"].get(t) or []
+    host, port = members[int(i)].rsplit(":", 1)
+    return host, int(port)
+
+
+if words[0] == "exit":
+    time.sleep(float(words[3]))
+    sys.exit(int(words[1]))
+if words[0] == "kill":
+    time.sleep(float(words[3]))
+    os.kill(os.getpid(), getattr(signal, f"SIG{words[1]}"))
+    time.sleep(5)
+if words[0] == "error":
+    time.sleep(float(words[2]))
+    raise ValueError(f"{name}: a bug in the training script")
+if words[0] == "transient":
+    time.sleep(float(words[2]))
+    print("tensorflow.python.framework.errors_impl.UnavailableError: Socket closed", flush=True)
+    sys.exit(1)
+if words[0] == "spawn":
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+held = []
+if words[0] in ("bind", "bind-taken"):
+    target = os.environ["FLAKY_STEAL"] if words[0] == "bind-taken" else name
+    time.sleep(float(words[2]) if len(words) > 2 else 0)
+    s = socket.socket()
+    try:
+        s.bind(("", address(target)[1]))
+    except OSError as e:
+        print(f"E0000 server.cc] bind: {e.strerror} ({e})", flush=True)
+        sys.exit(1)
+    s.listen()
+    held.append(s)
+    print(f"{name} listening on {address(target)[1]}", flush=True)
+while True:  # like a ps blocked in server.join()
+    time.sleep(0.2)
