@@ -18,6 +18,7 @@ from launcher.errors import UsageError
 
 SUBCOMMANDS = {
     "report": "launcher.report",
+    "evaluate": "orchestrator.offline_eval",
 }
 MAX_PORT_RETRIES = 3
 
@@ -29,7 +30,8 @@ def _parser() -> argparse.ArgumentParser:
                     "cluster spec: every task gets its TF_CONFIG, the job ends at max_steps, "
                     "every ps is stopped and nothing is left running.",
         epilog="COMMAND after -- replaces the spec's command. Other commands: "
-               "'launch report RUN_DIR' draws a run's loss and metrics.",
+               "'launch report RUN_DIR' draws a run's loss and metrics; "
+               "'launch evaluate --model EXPORT_DIR --data FILE' scores an exported model.",
     )
     p.add_argument("spec", metavar="SPEC", help="the cluster spec (JSON)")
     p.add_argument("--dry-run", action="store_true",
