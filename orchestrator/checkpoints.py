@@ -270,6 +270,8 @@ def stored_global_step(prefix: str) -> int | None:
     (``model.ckpt-1003`` held 1005)."""
     import tensorflow as tf
 
+    if prefix.startswith("file://"):
+        prefix = prefix[len("file://"):]
     reader = tf.train.load_checkpoint(prefix)
     keys = reader.get_variable_to_shape_map()
     for key in STEP_KEYS:

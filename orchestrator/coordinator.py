@@ -105,10 +105,14 @@ class Coordinator:
         self._events_size = -1
         self._events_looked = -1e18
         self._metrics_size = -1
+        self._finish: Verdict | None = None
 
     # ------------------------------------------------------------------ thread
     def start(self) -> Coordinator:
+        """Poll in a thread of its own; the stall clock starts now."""
         if self._thread is None:
+            with self._lock:
+                self._progress = replace(self._progress, last_activity=self.clock())
             self._thread = threading.Thread(target=self._loop, name="coordinator", daemon=True)
             self._thread.start()
         return self
@@ -243,10 +247,13 @@ class Coordinator:
     def judge(self, tasks: list[TaskStatus]) -> Verdict | None:
         """finish / fail / None from the last snapshot and the tasks' liveness."""
         p = self.progress()
+        if self._finish is not None:
+            return self._finish
         if p.reached_max_steps:
             assert p.checkpoint is not None
-            return Verdict("finish", f"checkpoint {p.checkpoint.name} reached max_steps "
-                                     f"{p.max_steps}")
+            self._finish = Verdict("finish", f"checkpoint {p.checkpoint.name} reached "
+                                             f"max_steps {p.max_steps}")
+            return self._finish
         trainers = [t for t in tasks if t.type in TRAINER_TYPES and t.alive]
         if not trainers:
             return None

@@ -1,0 +1,176 @@
+"""The coordinator in the job loop: a ``Monitor`` (launcher/job.py) around
+orchestrator.coordinator.Coordinator.
+
+Every few seconds it prints a progress line (step / max_steps, steps per second, ETA, the
+newest checkpoint, the latest evaluation from ``tfcluster_metrics.jsonl``), writes what it
+sees to the run's event log (``checkpoint``, ``checkpoint_incomplete``, ``coordinator``),
+and ends the job:
+
+- ``finish`` once the newest complete checkpoint reached max_steps: the job loop then lets
+  the trainers end on their own for ``timeouts.finish`` (and the evaluator for
+  ``timeouts.evaluator``) and stops what keeps going (trainers whose input repeats, ps);
+- ``fail`` when a ps died while trainers run (naming it, so a restart policy can act), or
+  when no new step or checkpoint came for ``timeouts.stall`` seconds (naming the silent
+  tasks).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from launcher.events import EventLog
+from launcher.job import Console, Decision, Job, TaskRun
+from orchestrator.checkpoints import CheckpointReader
+from orchestrator.coordinator import Coordinator, Progress, TaskStatus
+
+PROGRESS_EVERY = 5.0     # seconds between progress lines while something changes
+PROGRESS_QUIET = 30.0    # ... and while nothing does
+
+
+def launcher_model_dir(spec) -> str:
+    """model_dir as the launcher sees it: a relative local path is relative to the tasks'
+    working directory (``workdir``) when the spec sets one, as it is for the tasks."""
+    url = spec.model_dir
+    if "://" in url or os.path.isabs(url) or not spec.workdir:
+        return url
+    return os.path.join(spec.workdir, url)
+
+
+def storage_options(spec) -> dict[str, Any]:
+    """fsspec options for the launcher's own view of model_dir: S3 credentials and endpoint
+    given to the tasks in the spec's ``env`` serve the launcher too (the launcher's own
+    environment is used otherwise)."""
+    if not spec.model_dir.startswith(("s3://", "s3a://")):
+        return {}
+    env = spec.env
+    options: dict[str, Any] = {}
+    if env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY"):
+        options.update(key=env["AWS_ACCESS_KEY_ID"], secret=env["AWS_SECRET_ACCESS_KEY"])
+        if env.get("AWS_SESSION_TOKEN"):
+            options["token"] = env["AWS_SESSION_TOKEN"]
+    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        options["client_kwargs"] = {"endpoint_url": endpoint}
+    return options
+
+
+def checkpoint_reader(spec) -> CheckpointReader:
+    return CheckpointReader(launcher_model_dir(spec), storage_options(spec))
+
+
+def task_status(run: TaskRun) -> TaskStatus:
+    ended = run.status is not None
+    return TaskStatus(run.name, run.task.type, run.task.address, alive=not ended,
+                      exit_status=run.status_text() if ended else None, stopped=run.stopped)
+
+
+def _duration(secs: float) -> str:
+    secs = int(round(secs))
+    if secs < 60:
+        return f"{secs}s"
+    if secs < 3600:
+        return f"{secs // 60}m{secs % 60:02d}s"
+    return f"{secs // 3600}h{secs % 3600 // 60:02d}m"
+
+
+def progress_line(p: Progress, waited: float) -> str:
+    """One line: where training stands."""
+    ckpt = p.checkpoint
+    if ckpt is None:
+        line = f"waiting for the first checkpoint ({_duration(waited)})"
+    elif ckpt.step is None:
+        line = f"checkpoint {ckpt.name} (save {ckpt.number}; TF2 names count saves, not steps)"
+    else:
+        total = f"/{p.max_steps} ({100 * min(ckpt.step, p.max_steps) // p.max_steps}%)" \
+            if p.max_steps else ""
+        line = f"step {ckpt.step}{total}"
+        if p.steps_per_sec is not None:
+            line += f", {p.steps_per_sec:.1f} steps/s"
+        if p.eta_secs is not None and not p.reached_max_steps:
+            line += f", ETA {_duration(p.eta_secs)}"
+        line += f", checkpoint {ckpt.name}"
+    if p.latest_eval:
+        ev = p.latest_eval
+        metrics = ", ".join(f"{k}={v:.4g}" if isinstance(v, (int, float)) else f"{k}={v}"
+                            for k, v in sorted(ev.get("metrics", {}).items())[:4])
+        line += f"; eval at step {ev.get('step')}: {metrics}"
+    if p.last_error:
+        line += f" [model_dir not readable: {p.last_error}]"
+    return f"progress: {line}"
+
+
+class CoordinatorMonitor:
+    """Drives the job loop from model_dir (see the module docstring)."""
+
+    def __init__(self, coordinator: Coordinator, console: Console, events: EventLog,
+                 progress_every: float = PROGRESS_EVERY):
+        self.coordinator = coordinator
+        self.console = console
+        self.events = events
+        self.progress_every = progress_every
+        self._started: float | None = None
+        self._last_line = ("", 0.0)
+        self._decided: tuple[str, str] | None = None
+
+    def tick(self, job: Job) -> Decision | None:
+        now = time.monotonic()
+        if self._started is None:
+            self._started = now
+            self.coordinator.start()
+        p = self.coordinator.progress()
+        self._maybe_print(p, now)
+        verdict = self.coordinator.judge([task_status(r) for r in job.runs])
+        if verdict is None:
+            return None
+        if self._decided != (verdict.action, verdict.reason):
+            self._decided = (verdict.action, verdict.reason)
+            self.events.write("coordinator", action=verdict.action, reason=verdict.reason,
+                              tasks=list(verdict.tasks), step=p.step,
+                              checkpoint=p.checkpoint.name if p.checkpoint else None)
+        return make_decision(verdict.action, verdict.reason,
+                             verdict.tasks[0] if len(verdict.tasks) == 1 and
+                             verdict.tasks[0].startswith("ps:") else None)
+
+    def _maybe_print(self, p: Progress, now: float) -> None:
+        last, at = self._last_line
+        if now - at < self.progress_every:
+            return
+        line = progress_line(p, now - (self._started or now))
+        if line != last or now - at >= PROGRESS_QUIET:
+            self.console.info(line)
+            self._last_line = (line, now)
+
+    def close(self) -> None:
+        self.coordinator.stop()
+        p = self.coordinator.poll_once()
+        self.events.write("training_progress", step=p.step, max_steps=p.max_steps,
+                          checkpoint=p.checkpoint.path if p.checkpoint else None,
+                          steps_per_sec=p.steps_per_sec, polls=p.polls,
+                          poll_errors=p.poll_errors, last_error=p.last_error)
+        if p.max_steps is not None and p.step is not None and p.step < p.max_steps:
+            self.console.info(f"note: the newest complete checkpoint is at step {p.step}, "
+                              f"short of max_steps {p.max_steps}")
+
+
+def make_decision(action: str, reason: str, task: str | None) -> Decision:
+    """A Decision; it names the lost task when the job loop's Decision has that field."""
+    if task is not None and "task" in getattr(Decision, "__dataclass_fields__", {}):
+        return Decision(action, reason, task=task)  # type: ignore[call-arg]
+    return Decision(action, reason)
+
+
+def coordinator_monitor(spec, plan, console: Console, events: EventLog) -> CoordinatorMonitor:
+    """The monitor ``launcher.cli.monitors_for`` hands the job loop."""
+
+    def on_change(event: str, fields: dict[str, Any]) -> None:
+        events.write(event, **fields)
+        if event == "checkpoint_incomplete":
+            console.info(f"checkpoint {fields['name']} is incomplete: missing "
+                         f"{', '.join(fields['missing'])}")
+
+    coordinator = Coordinator(launcher_model_dir(spec), max_steps=plan.max_steps,
+                              poll=spec.timeouts["poll"], stall=spec.timeouts["stall"],
+                              storage_options=storage_options(spec), on_change=on_change)
+    return CoordinatorMonitor(coordinator, console, events)

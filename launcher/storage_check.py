@@ -1,0 +1,213 @@
+"""Before training: is model_dir the same storage for every task, and is there work left?
+
+Shared storage: the launcher writes a probe file into model_dir, then every task, ps
+included, runs a tiny Python program where it will run (``backend.probe``, with the task's
+own interpreter, environment and working directory) that writes a probe of its own and
+reads the launcher's. The launcher then reads every task's probe. A task that cannot write
+model_dir, does not see the launcher's probe, or whose probe the launcher cannot see, is
+on other storage (a private disk, another mount, another bucket): the chief and the ps
+would write halves of one checkpoint to different places. The launcher refuses to start
+(exit 2) and names the task and its host. Probes are removed afterwards.
+
+Work left: a model_dir whose newest complete checkpoint is already at or past max_steps is
+reported and the job is not started: ``launch`` exits 0 (the model the user asked for
+exists; TensorFlow would restore it and stop at once). ``--retrain`` starts the job anyway.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import fsspec
+
+from launcher.coordination import checkpoint_reader, launcher_model_dir, storage_options
+from launcher.errors import PreflightError
+
+PROBE_PREFIX = ".tfcluster-probe-"
+_PYTHON_RE = re.compile(r"^python(\d+(\.\d+)?)?$")
+
+# Runs on the task's host: argv = MODE URL NAME TOKEN LAUNCHER_NAME; prints one JSON line.
+PROBE_SCRIPT = r"""
+import json, os, socket, sys
+mode, url, name, token, other = sys.argv[1:6]
+out = {"host": socket.gethostname(), "cwd": os.getcwd()}
+try:
+    try:
+        import fsspec
+    except ImportError:
+        if "://" in url:
+            raise RuntimeError("fsspec is not installed for " + sys.executable)
+        fsspec = None
+    if fsspec is None:
+        root = os.path.abspath(url)
+        where, path, lpath = root, os.path.join(root, name), os.path.join(root, other)
+        if mode == "write":
+            os.makedirs(root, exist_ok=True)
+            with open(path, "w") as f:
+                f.write(token)
+            out["seen"] = open(lpath).read() if os.path.exists(lpath) else None
+        elif os.path.exists(path):
+            os.remove(path)
+    else:
+        fs, root = fsspec.core.url_to_fs(url)
+        root = root.rstrip("/")
+        where, path, lpath = fs.unstrip_protocol(root), root + "/" + name, root + "/" + other
+        if mode == "write":
+            fs.makedirs(root, exist_ok=True)
+            fs.pipe_file(path, token.encode())
+            out["seen"] = fs.cat_file(lpath).decode() if fs.exists(lpath) else None
+        elif fs.exists(path):
+            fs.rm_file(path)
+    out["where"] = where
+    out["ok"] = True
+except Exception as e:
+    out["error"] = type(e).__name__ + ": " + str(e)
+print(json.dumps(out))
+"""
+
+
+@dataclass
+class ProbeOutcome:
+    task: str
+    host: str            # the host in the spec
+    seen_host: str       # the host name the probe reported
+    where: str           # model_dir as the task resolved it
+    problem: str | None
+
+
+def probe_python(command: list[str]) -> str:
+    """The task's own interpreter when its command starts with one, else python3."""
+    return command[0] if _PYTHON_RE.match(os.path.basename(command[0])) else "python3"
+
+
+def _parse(output: str) -> dict | None:
+    for line in reversed(output.strip().splitlines()):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                return None
+    return None
+
+
+def check_shared_storage(spec, plan, backend, console=None, events=None) -> None:
+    """Raise PreflightError naming every task that does not share model_dir's storage."""
+    url = launcher_model_dir(spec)
+    fs, root = fsspec.core.url_to_fs(url, **storage_options(spec))
+    root = root.rstrip("/")
+    tag = f"{PROBE_PREFIX}{plan.run_id}-{uuid.uuid4().hex[:6]}"
+    launcher_name, launcher_token = f"{tag}-launcher", uuid.uuid4().hex
+    try:
+        fs.makedirs(root, exist_ok=True)
+        fs.pipe_file(f"{root}/{launcher_name}", launcher_token.encode())
+    except Exception as e:  # noqa: BLE001 - any storage error: say what and where
+        raise PreflightError(f"model_dir {spec.model_dir}: the launcher cannot write it "
+                             f"({type(e).__name__}: {e})") from None
+    names = {t.name: f"{tag}-{t.type}-{t.index}" for t in plan.tasks}
+    tokens = {t.name: uuid.uuid4().hex for t in plan.tasks}
+    timeout = spec.timeouts.get("start", 60.0)
+
+    def run_probe(task, mode: str):
+        argv = [probe_python(task.command), "-c", PROBE_SCRIPT, mode, spec.model_dir,
+                names[task.name], tokens[task.name], launcher_name]
+        return backend.probe(task, argv, timeout)
+
+    outcomes: list[ProbeOutcome] = []
+    unseen = []
+    try:
+        try:
+            with ThreadPoolExecutor(max_workers=min(16, len(plan.tasks))) as pool:
+                results = list(pool.map(lambda t: run_probe(t, "write"), plan.tasks))
+        except NotImplementedError as e:
+            if console is not None:
+                console.info(f"shared-storage check skipped: {e}")
+            return
+        for task, result in zip(plan.tasks, results):
+            out = _parse(result.output) or {}
+            problem = None
+            if not out.get("ok"):
+                detail = out.get("error") or result.output.strip()[-300:] or \
+                    f"exit status {result.returncode}"
+                problem = f"cannot write model_dir {spec.model_dir}: {detail}"
+            elif not _visible(fs, f"{root}/{names[task.name]}", tokens[task.name]):
+                unseen.append(task)
+                problem = (f"writes model_dir to {out.get('where')}, which the launcher "
+                           "does not see (the launcher's model_dir is "
+                           f"{fs.unstrip_protocol(root)})")
+            elif out.get("seen") != launcher_token:
+                problem = (f"does not see the launcher's probe in {out.get('where')}: not the "
+                           f"storage the launcher sees ({fs.unstrip_protocol(root)})")
+            outcomes.append(ProbeOutcome(task.name, task.host, out.get("host", "?"),
+                                         out.get("where", "?"), problem))
+    finally:
+        _remove(fs, [f"{root}/{launcher_name}"] + [f"{root}/{n}" for n in names.values()])
+        if unseen:
+            with ThreadPoolExecutor(max_workers=min(16, len(unseen))) as pool:
+                list(pool.map(lambda t: run_probe(t, "remove"), unseen))
+    bad = [o for o in outcomes if o.problem]
+    if events is not None:
+        events.write("storage_check", model_dir=spec.model_dir, ok=not bad,
+                     tasks={o.task: {"host": o.seen_host, "where": o.where,
+                                     "problem": o.problem} for o in outcomes})
+    if bad:
+        lines = "\n".join(f"  {o.task} on host {o.host} ({o.seen_host}): {o.problem}"
+                          for o in bad)
+        raise PreflightError(f"model_dir is not the same storage for every task; the chief "
+                             f"and every ps must write into one place:\n{lines}\n"
+                             f"(set \"check_storage\": false in the spec to skip this check)")
+    if console is not None:
+        console.info(f"model_dir {spec.model_dir}: the same storage for all "
+                     f"{len(outcomes)} tasks")
+
+
+def _visible(fs, path: str, token: str) -> bool:
+    try:
+        return fs.cat_file(path).decode() == token
+    except (FileNotFoundError, UnicodeDecodeError):
+        return False
+
+
+def _remove(fs, paths: list[str]) -> None:
+    for path in paths:
+        try:
+            fs.rm_file(path)
+        except (FileNotFoundError, OSError):
+            pass
+
+
+def already_trained(spec, plan, retrain: bool, console, events) -> bool:
+    """True when model_dir already holds a complete checkpoint at or past max_steps and the
+    user did not ask to train again (the job must not start)."""
+    if plan.max_steps is None:
+        return False
+    try:
+        ckpt = checkpoint_reader(spec).newest_complete()
+    except Exception:  # noqa: BLE001 - unreadable: the storage check reports it
+        return False
+    if ckpt is None or ckpt.step is None or ckpt.step < plan.max_steps:
+        return False
+    events.write("already_trained", checkpoint=ckpt.path, step=ckpt.step,
+                 max_steps=plan.max_steps, retrain=retrain)
+    if retrain:
+        console.info(f"model_dir already holds {ckpt.name} (step {ckpt.step} >= max_steps "
+                     f"{plan.max_steps}); --retrain: starting anyway (TensorFlow resumes "
+                     f"from it; use a new model_dir to train from scratch)")
+        return False
+    console.info(f"nothing to train: model_dir {spec.model_dir} already holds the complete "
+                 f"checkpoint {ckpt.name} (step {ckpt.step} >= max_steps {plan.max_steps}); "
+                 f"give --retrain to start the job anyway")
+    return True
+
+
+def preflight_model_dir(spec, plan, backend, args, console, events) -> bool:
+    """Both checks, as ``launcher.cli.execute`` runs them; True: do not start (exit 0)."""
+    if already_trained(spec, plan, getattr(args, "retrain", False), console, events):
+        return True
+    if spec.check_storage:
+        check_shared_storage(spec, plan, backend, console, events)
+    return False

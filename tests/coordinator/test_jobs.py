@@ -1,0 +1,90 @@
+"""Real Estimator jobs (TensorFlow 2.15) ended by the coordinator: at the spec's max_steps
+when the script's input repeats for ever, and at once when a ps is killed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import PY_TF215, REPO, launch_cmd, run_launch
+
+from orchestrator.checkpoints import newest_complete, stored_global_step
+
+pytestmark = pytest.mark.tf
+JOB = str(REPO / "tests" / "coordinator" / "jobs" / "repeat_forever.py")
+
+
+def write_spec(tmp_path: Path, **overrides) -> Path:
+    spec = {"name": "coord", "cluster": {"chief": 1, "ps": 2},
+            "command": [PY_TF215, JOB], "model_dir": str(tmp_path / "model"),
+            "run_dir": str(tmp_path / "runs"), "max_steps": 300,
+            "timeouts": {"poll": 0.5, "finish": 5, "stall": 300}}
+    spec.update(overrides)
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def events_of(tmp_path: Path, run_dir: str = "runs") -> list[dict]:
+    (log,) = (tmp_path / run_dir).glob("*/events.jsonl")
+    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+
+
+def test_repeating_input_ends_at_the_spec_max_steps(tmp_path):
+    spec = write_spec(tmp_path)
+    done = run_launch(str(spec), "--quiet", timeout=400)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ckpt = newest_complete(str(tmp_path / "model"))
+    assert ckpt is not None and ckpt.step >= 300 and ckpt.shards == 2   # one shard per ps
+    assert stored_global_step(ckpt.path) >= ckpt.step
+    assert "checkpoint model.ckpt-" in done.stderr and "reached max_steps 300" in done.stderr
+    assert "progress: step " in done.stderr
+    events = events_of(tmp_path)
+    finish = [e for e in events if e["event"] == "coordinator"]
+    assert len(finish) == 1 and finish[0]["action"] == "finish"
+    exits = {e["task"]: e for e in events if e["event"] == "task_exited"}
+    assert exits["chief:0"]["stopped"], "the chief should have kept training until stopped"
+    assert exits["ps:0"]["stopped"] and exits["ps:1"]["stopped"]
+    assert any(e["event"] == "checkpoint" and e["step"] >= 300 for e in events)
+
+    # The model is there: a second launch reports it and starts nothing.
+    again = run_launch(str(spec), "--quiet", "--run-dir", str(tmp_path / "again" / "run"),
+                       timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert "nothing to train" in again.stderr and ckpt.name in again.stderr
+    events = events_of(tmp_path, "again")
+    assert [e["event"] for e in events] == ["already_trained"]
+
+
+def test_killed_ps_ends_the_job_naming_it(tmp_path):
+    spec = write_spec(tmp_path, cluster={"chief": 1, "ps": 1}, max_steps=10_000_000,
+                      timeouts={"poll": 0.5, "finish": 5, "stall": 600},
+                      restart={"ps": "never"})
+    env = dict(os.environ)
+    proc = subprocess.Popen(launch_cmd(str(spec), "--quiet"), cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 240
+        while newest_complete(str(tmp_path / "model")) is None:
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "no checkpoint within 240s"
+            time.sleep(0.5)
+        (ps,) = [e for e in events_of(tmp_path)
+                 if e["event"] == "task_started" and e["task"] == "ps:0"]
+        os.kill(ps["pid"], signal.SIGKILL)
+        # stall timeout is 600 s: the job must end long before it
+        _, stderr = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.communicate(timeout=60)
+    assert proc.returncode == 1, stderr[-3000:]
+    assert "ps:0" in stderr and "SIGKILL" in stderr
+    ended = [e for e in events_of(tmp_path) if e["event"] == "job_ended"]
+    assert ended and "ps:0" in ended[0]["reason"]

@@ -1,0 +1,129 @@
+"""Before training: the shared-storage probe (local disk and S3) and the check for a
+model_dir that already holds the finished model."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import fsspec
+import pytest
+from conftest import PY_TF215, run_launch
+from tf_writes import FakeTrainer
+
+from launcher.backends.local import LocalBackend
+from launcher.coordination import progress_line
+from launcher.errors import PreflightError
+from launcher.events import EventLog, read_events
+from launcher.job import Console
+from launcher.spec import parse_spec
+from launcher.storage_check import PROBE_PREFIX, already_trained, check_shared_storage
+from launcher.tf_config import build_plan
+from orchestrator.coordinator import Progress
+
+SLEEP = ["-c", "import time; time.sleep(30)"]
+
+
+def make(spec_doc: dict):
+    spec = parse_spec(json.dumps(spec_doc))
+    backend = LocalBackend(spec)
+    return spec, backend, build_plan(spec, port_for=backend.allocate_port,
+                                     host_for=backend.host_for)
+
+
+def probes_left(*dirs: Path) -> list[str]:
+    return [p.name for d in dirs if d.exists() for p in d.iterdir()
+            if p.name.startswith(PROBE_PREFIX)]
+
+
+def private_dir_python(tmp_path: Path, task: str, elsewhere: Path) -> str:
+    """A `python` for the job whose task ``task`` runs in directory ``elsewhere``, so its
+    relative model_dir lands on other storage, as on a host with a private mount."""
+    wrapper = tmp_path / "bin" / "python"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f'#!/bin/sh\nif [ "$TFCLUSTER_TASK" = "{task}" ]; then '
+                       f'cd "{elsewhere}"; fi\nexec "{PY_TF215}" "$@"\n')
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    return str(wrapper)
+
+
+def test_a_task_on_other_storage_is_refused_before_anything_starts(tmp_path):
+    elsewhere = tmp_path / "private-disk"
+    elsewhere.mkdir()
+    python = private_dir_python(tmp_path, "ps:1", elsewhere)
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({
+        "cluster": {"chief": 1, "worker": 1, "ps": 2}, "command": [python, *SLEEP],
+        "model_dir": "model", "workdir": str(tmp_path), "max_steps": 10,
+        "run_dir": str(tmp_path / "runs")}))
+    done = run_launch(str(spec), timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "ps:1 on host localhost" in done.stderr
+    assert "not the same storage" in done.stderr
+    assert str(elsewhere / "model") in done.stderr
+    for other in ("chief:0", "worker:0", "ps:0"):
+        assert f"{other} on host" not in done.stderr
+    (log,) = (tmp_path / "runs").glob("*/events.jsonl")
+    assert not [e for e in read_events(str(log)) if e["event"] == "task_started"]
+    assert probes_left(tmp_path / "model", elsewhere / "model") == []
+
+
+def test_shared_local_storage_passes_and_leaves_nothing(tmp_path):
+    spec, backend, plan = make({"cluster": {"chief": 1, "ps": 1}, "evaluator": "localhost",
+                                "command": [PY_TF215, *SLEEP],
+                                "model_dir": str(tmp_path / "m"), "max_steps": 5})
+    events = EventLog(str(tmp_path / "events.jsonl"))
+    check_shared_storage(spec, plan, backend, events=events)
+    (record,) = read_events(str(tmp_path / "events.jsonl"))
+    assert record["ok"] and set(record["tasks"]) == {"chief:0", "ps:0", "evaluator:0"}
+    assert probes_left(tmp_path / "m") == []
+
+
+def test_shared_storage_on_s3(s3, tmp_path):
+    url = s3.url("preflight/model")
+    spec, backend, plan = make({"cluster": {"chief": 1, "ps": 1},
+                                "command": [PY_TF215, *SLEEP], "model_dir": url,
+                                "max_steps": 5, "env": s3.env()})
+    check_shared_storage(spec, plan, backend)
+    assert not [p for p in s3.filesystem().ls(url) if PROBE_PREFIX in p]
+
+
+def test_a_task_that_cannot_reach_the_s3_server_is_refused(s3, tmp_path):
+    elsewhere_env = dict(s3.env(), AWS_SECRET_ACCESS_KEY="wrong")
+    spec, backend, plan = make({"cluster": {"chief": 1, "ps": 1},
+                                "command": [PY_TF215, *SLEEP],
+                                "model_dir": s3.url("refused/model"), "max_steps": 5,
+                                "env": s3.env()})
+    plan.task("ps", 0).env.update(elsewhere_env)     # ps:0's host has other credentials
+    with pytest.raises(PreflightError) as err:
+        check_shared_storage(spec, plan, backend)
+    assert "ps:0 on host localhost" in str(err.value)
+    assert "cannot write model_dir" in str(err.value)
+    assert "chief:0" not in str(err.value)
+
+
+@pytest.mark.parametrize("step,retrain,skip", [(300, False, True), (300, True, False),
+                                               (200, False, False)])
+def test_a_finished_model_is_not_trained_again(tmp_path, step, retrain, skip):
+    FakeTrainer(fsspec.filesystem("file"), str(tmp_path / "m"), shards=2).save(step)
+    spec, _, plan = make({"cluster": {"chief": 1, "ps": 2}, "command": ["python", "x.py"],
+                          "model_dir": str(tmp_path / "m"), "max_steps": 300})
+    with open(os.devnull, "w") as null:
+        console = Console(out=null, err=null)
+        events = EventLog(str(tmp_path / "e.jsonl"))
+        assert already_trained(spec, plan, retrain, console, events) is skip
+
+
+def test_progress_line():
+    from orchestrator.checkpoints import Checkpoint
+
+    ckpt = Checkpoint("model.ckpt-1200", "/m/model.ckpt-1200", 1200, "estimator", 2, 1200)
+    p = Progress(max_steps=3000, checkpoint=ckpt, steps_per_sec=300.0, eta_secs=6.0,
+                 latest_eval={"step": 1000, "split": "eval",
+                              "metrics": {"accuracy": 0.91234, "loss": 0.3}})
+    assert progress_line(p, 10) == ("progress: step 1200/3000 (40%), 300.0 steps/s, ETA 6s, "
+                                    "checkpoint model.ckpt-1200; eval at step 1000: "
+                                    "accuracy=0.9123, loss=0.3")
+    assert progress_line(Progress(), 75) == "progress: waiting for the first checkpoint (1m15s)"
