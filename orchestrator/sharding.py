@@ -9,8 +9,8 @@ reads everything: shard 0 of 1.
   single examples, before ``repeat`` and ``batch``; or ``shard_files`` for many files.
 - ParameterServerStrategy: the coordinator builds every worker's input with
   ``ClusterCoordinator.create_per_worker_dataset(pss_dataset_fn(...))``; each worker's copy is
-  sharded by its ``input_context`` (the workers are the trainers there, the chief only
-  coordinates).
+  sharded by the worker's index (the workers are the trainers there, the chief only
+  coordinates, so TFCLUSTER_SHARD_INDEX, which counts the chief, does not apply).
 - MultiWorkerMirroredStrategy: let TensorFlow shard a distributed dataset and do not shard it
   yourself. Use ``AutoShardPolicy.DATA`` (``mwms_data_sharding``): the default (FILE/AUTO) is
   a hard error on a single-file dataset in TF 2.21 and silently uneven on a few files. With
@@ -95,23 +95,32 @@ def shard_files(files: Sequence[str], shard: Shard | None = None) -> list[str]:
     return names[shard.index::shard.count]
 
 
-def pss_dataset_fn(make_dataset: Callable[[], Any], batch_size: int,
+def pss_dataset_fn(make_dataset: Callable[[], Any], batch_size: int, num_workers: int,
                    epochs: int | None = None, shuffle_buffer: int = 0,
-                   seed: int = 0) -> Callable[[Any], Any]:
-    """A ``dataset_fn(input_context)`` for ``ClusterCoordinator.create_per_worker_dataset``.
+                   seed: int = 0) -> Callable[..., Any]:
+    """A dataset function for ``ClusterCoordinator.create_per_worker_dataset``.
 
-    ``make_dataset()`` returns single examples; each worker keeps its shard
-    (``input_pipeline_id`` of ``num_input_pipelines``), reads it ``epochs`` times (for ever
-    when None) and batches by ``batch_size`` (per worker) across epoch boundaries, so only the
-    very last batch of a worker can be partial. Steps per worker:
-    ``orchestrator.steps.derive_max_steps`` with the workers as shards.
+    In ParameterServerStrategy the workers are the trainers (the chief only coordinates) and
+    the strategy's own ``input_context`` says "1 pipeline" on every worker, so the worker's
+    shard comes from ``tf.distribute.coordinator.experimental_get_current_worker_index()``
+    (resolved on each worker when its copy is built) of ``num_workers`` shards.
+    ``make_dataset()`` returns single examples; each worker reads its shard ``epochs`` times
+    (for ever when None), batched by ``batch_size`` across epoch boundaries, so only a
+    worker's very last batch can be partial. Steps per worker:
+    ``orchestrator.steps.shard_sizes`` with the workers as shards.
     """
+    if num_workers < 1:
+        raise ValueError(f"num_workers must be at least 1, got {num_workers}")
 
-    def dataset_fn(input_context: Any) -> Any:
-        shard = Shard(input_context.input_pipeline_id, input_context.num_input_pipelines)
-        dataset = shard_dataset(make_dataset(), shard)
+    def dataset_fn(_input_context: Any = None) -> Any:
+        import tensorflow as tf
+
+        dataset = make_dataset()
+        if num_workers > 1:
+            index = tf.distribute.coordinator.experimental_get_current_worker_index()
+            dataset = dataset.shard(num_workers, index)
         if shuffle_buffer:
-            dataset = dataset.shuffle(shuffle_buffer, seed=seed + shard.index)
+            dataset = dataset.shuffle(shuffle_buffer, seed=seed)
         return dataset.repeat(epochs).batch(batch_size).prefetch(2)
 
     return dataset_fn

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import PY_TF215, REPO, run_launch, tfcluster_tasks
+from conftest import PY_TF215, PY_TF221, REPO, run_launch, tfcluster_tasks
 
 pytestmark = pytest.mark.tf
 
@@ -51,3 +51,26 @@ def test_estimator_example(tmp_path):
             if (p.info["environ"] or {}).get("TFCLUSTER_RUN_ID", "").startswith("estimator-")
             and (p.info["environ"] or {}).get("TFCLUSTER_MODEL_DIR") == str(tmp_path / "model")]
     assert gone == [] and tfcluster_tasks() == []
+
+
+def test_pss_example(tmp_path):
+    proc, summary = launch_example("pss", PY_TF221, tmp_path, examples=4000)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    tasks = exits(summary)
+    assert tasks["chief:0"] == (0, False)
+    # ps and workers only serve the coordinator: the launcher stops them
+    for name in ("ps:0", "worker:0", "worker:1"):
+        assert tasks[name] == (-15, True), tasks
+    # 3 epochs of 2000 examples per worker, batch 64: 94 steps each, saved as ckpt-STEP
+    assert (tmp_path / "model" / "ckpt-188.index").exists()
+    assert tfcluster_tasks() == []
+
+
+def test_mwms_example(tmp_path):
+    proc, summary = launch_example("mwms", PY_TF221, tmp_path, examples=4000)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert exits(summary) == {"chief:0": (0, False), "worker:0": (0, False)}
+    # 2 epochs of 4000 examples, global batch 2 x 64: 63 synchronous steps, chief saves
+    assert (tmp_path / "model" / "ckpt-63.index").exists()
+    assert not list((tmp_path / "model").glob("*worker*"))
+    assert tfcluster_tasks() == []
