@@ -104,6 +104,8 @@ def load_spec(path: str) -> Spec:
         raise SpecError("", f"spec file is not readable (permission denied): {path}") from None
     except UnicodeDecodeError as e:
         raise SpecError("", f"spec file is not UTF-8 text: {path} ({e.reason})") from None
+    except OSError as e:
+        raise SpecError("", f"spec file cannot be read: {path} ({e.strerror or e})") from None
     return parse_spec(text, source=path)
 
 
@@ -115,6 +117,8 @@ def parse_spec(text: str, source: str | None = None) -> Spec:
         raise SpecError(
             "", f"invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}", source
         ) from None
+    except RecursionError:
+        raise SpecError("", "invalid JSON: lists or objects nested too deeply", source) from None
     try:
         return validate(raw, source)
     except SpecError as e:

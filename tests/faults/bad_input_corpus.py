@@ -1,0 +1,197 @@
+"""Bad input, each with the exact message ``launch`` must print (exit status 2, nothing
+started, nothing written into model_dir).
+
+A case is (id, spec, argv, expected): ``spec`` is a dict merged into a valid base spec (a
+key set to DROP is removed), or ``Raw(text)`` written as is, or ``Path(kind)`` for a spec
+path that is not a readable file; ``argv`` are the options after SPEC; ``expected`` is
+the last lines on stderr, with {spec}, {tmp} and {port} filled in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Raw:
+    text: str
+
+
+@dataclass(frozen=True)
+class Path:
+    kind: str       # "missing", "directory", "not-utf8", "proc-mem"
+
+
+DROP = object()
+TOP_KEYS = ("$schema, backend, batch_size, check_storage, cluster, command, description, env, "
+            "epochs, evaluator, examples, kubernetes, max_steps, model_dir, name, resources, "
+            "restart, run_dir, slurm, ssh, timeouts, workdir")
+E = "launch: error: {spec}: "
+
+CASES: list[tuple[str, object, list[str], str]] = [
+    # --- files and JSON
+    ("broken-json", Raw('{"cluster": '), [],
+     E + "invalid JSON at line 1, column 13: Expecting value"),
+    ("trailing-comma", Raw('{"cluster": {"worker": 1},\n}'), [],
+     E + "invalid JSON at line 2, column 1: Expecting property name enclosed in double quotes"),
+    ("empty-file", Raw(""), [], E + "invalid JSON at line 1, column 1: Expecting value"),
+    ("yaml-not-json", Raw("cluster:\n  worker: 2\n"), [],
+     E + "invalid JSON at line 1, column 1: Expecting value"),
+    ("top-level-list", Raw('[{"cluster": {"worker": 1}}]'), [],
+     E + "spec: must be an object, got a list"),
+    ("missing-file", Path("missing"), [], "launch: error: spec file not found: {spec}"),
+    ("directory", Path("directory"), [],
+     "launch: error: spec path is a directory, not a file: {spec}"),
+    ("not-utf8", Path("not-utf8"), [],
+     "launch: error: spec file is not UTF-8 text: {spec} (invalid start byte)"),
+    ("unreadable-device", Path("proc-mem"), [],
+     "launch: error: spec file cannot be read: {spec} (Input/output error)"),
+    # --- unknown keys
+    ("typo-top-level", {"max_step": 10}, [],
+     E + "max_step: unknown key (allowed: " + TOP_KEYS + ")"),
+    ("typo-timeouts", {"timeouts": {"stal": 10}}, [],
+     E + "timeouts.stal: unknown key (allowed: evaluator, finish, kill, poll, stall, start)"),
+    ("typo-restart-role", {"restart": {"workers": "never"}}, [],
+     E + "restart.workers: unknown key (allowed: chief, evaluator, master, ps, worker)"),
+    ("typo-restart-field", {"restart": {"ps": {"policy": "always", "retries": 2}}}, [],
+     E + "restart.ps.retries: unknown key (allowed: backoff, max_restarts, policy)"),
+    # --- cluster shape
+    ("no-cluster", {"cluster": DROP}, [],
+     E + "cluster: is required (job name to a list of addresses)"),
+    ("cluster-list", {"cluster": ["localhost:2222"]}, [],
+     E + "cluster: must be an object, got a list"),
+    ("cluster-empty", {"cluster": {}}, [],
+     E + "cluster: must name at least one job (chief, worker, ps)"),
+    ("two-chiefs", {"cluster": {"chief": 2, "worker": 1}}, [],
+     E + "cluster.chief: at most one chief task, got 2"),
+    ("two-chief-addresses", {"cluster": {"chief": ["localhost", "localhost"]}}, [],
+     E + "cluster.chief: at most one chief task, got 2"),
+    ("master-with-chief", {"cluster": {"chief": 1, "master": 1}}, [],
+     E + "cluster.master: legacy 'master' cannot be used together with 'chief'"),
+    ("master-with-evaluator", {"cluster": {"master": 1, "worker": 1}, "evaluator": "localhost"},
+     [], E + "evaluator: legacy 'master' cannot be used together with an evaluator"),
+    ("evaluator-inside-cluster", {"cluster": {"chief": 1, "evaluator": 1}}, [],
+     E + 'cluster.evaluator: the evaluator is given apart from cluster, as the top-level key '
+         '"evaluator" (TensorFlow keeps it outside the cluster)'),
+    ("unknown-job", {"cluster": {"workers": 2}}, [],
+     E + "cluster.workers: unknown job name (allowed: chief, master, worker, ps)"),
+    ("only-ps", {"cluster": {"ps": 2}}, [],
+     E + "cluster: needs a task that trains: chief, master or worker"),
+    ("zero-workers", {"cluster": {"chief": 1, "worker": 0}}, [],
+     E + "cluster.worker: task count must be at least 1, got 0"),
+    ("negative-workers", {"cluster": {"chief": 1, "worker": -2}}, [],
+     E + "cluster.worker: task count must be at least 1, got -2"),
+    ("huge-count", {"cluster": {"worker": 5000}}, [],
+     E + "cluster.worker: task count 5000 is more than 4096"),
+    ("count-is-bool", {"cluster": {"worker": True}}, [],
+     E + "cluster.worker: must be a list of addresses or a count of tasks on localhost, got a "
+         "boolean"),
+    ("count-is-float", {"cluster": {"worker": 2.0}}, [],
+     E + "cluster.worker: must be a list of addresses or a count of tasks on localhost, got a "
+         "number"),
+    ("addresses-as-string", {"cluster": {"worker": "localhost:2222"}}, [],
+     E + "cluster.worker: must be a list of addresses or a count of tasks on localhost, got a "
+         "string"),
+    ("empty-address-list", {"cluster": {"chief": 1, "worker": []}}, [],
+     E + "cluster.worker: must list at least one address (leave the job out instead)"),
+    # --- addresses and ports
+    ("address-not-string", {"cluster": {"worker": [2222]}}, [],
+     E + "cluster.worker[0]: must be a string, got an integer"),
+    ("port-too-big", {"cluster": {"worker": ["localhost:99999"]}}, [],
+     E + "cluster.worker[0]: address 'localhost:99999': port 99999 is outside 1-65535"),
+    ("port-zero", {"cluster": {"worker": ["localhost:0"]}}, [],
+     E + "cluster.worker[0]: address 'localhost:0': port 0 is outside 1-65535"),
+    ("port-not-number", {"cluster": {"worker": ["localhost:http"]}}, [],
+     E + "cluster.worker[0]: address 'localhost:http': port 'http' is not a number"),
+    ("negative-port", {"cluster": {"worker": ["localhost:-1"]}}, [],
+     E + "cluster.worker[0]: address 'localhost:-1': port '-1' is not a number"),
+    ("duplicate-address", {"cluster": {"worker": ["localhost:2222", "localhost:2222"]}}, [],
+     E + "cluster.worker[1]: address localhost:2222 is already used by cluster.worker[0]"),
+    ("duplicate-across-jobs",
+     {"cluster": {"chief": ["LOCALHOST:2300"], "ps": ["localhost:2300"]}}, [],
+     E + "cluster.ps[0]: address localhost:2300 is already used by cluster.chief[0]"),
+    ("evaluator-reuses-ps", {"cluster": {"chief": 1, "ps": ["localhost:2400"]},
+                             "evaluator": "localhost:2400"}, [],
+     E + "evaluator: address localhost:2400 is already used by cluster.ps[0]"),
+    ("ipv6-without-brackets", {"cluster": {"worker": ["::1:2222"]}}, [],
+     E + "cluster.worker[0]: address '::1:2222': write IPv6 addresses as [ADDR]:PORT"),
+    ("space-in-host", {"cluster": {"worker": ["my host:2222"]}}, [],
+     E + "cluster.worker[0]: address 'my host:2222' has an invalid host name"),
+    ("padded-address", {"cluster": {"worker": [" localhost"]}}, [],
+     E + "cluster.worker[0]: address ' localhost' has leading or trailing spaces"),
+    ("empty-host", {"cluster": {"worker": [":2222"]}}, [],
+     E + "cluster.worker[0]: address ':2222' has an invalid host name"),
+    # --- training length
+    ("max-steps-and-epochs", {"epochs": 2, "examples": 1000, "batch_size": 10}, [],
+     E + "epochs: give either max_steps or epochs/examples/batch_size, not both"),
+    ("epochs-alone", {"max_steps": DROP, "epochs": 2}, [],
+     E + "examples: is required together with epochs (max_steps is derived from epochs, "
+         "examples, batch_size)"),
+    ("negative-max-steps", {"max_steps": -5}, [], E + "max_steps: must be at least 1, got -5"),
+    ("zero-epochs", {"max_steps": DROP, "epochs": 0, "examples": 10, "batch_size": 1}, [],
+     E + "epochs: must be at least 1, got 0"),
+    ("max-steps-string", {"max_steps": "3000"}, [],
+     E + "max_steps: must be an integer, got a string"),
+    ("max-steps-float", {"max_steps": 10.5}, [],
+     E + "max_steps: must be an integer, got a number"),
+    # --- command, model_dir, name, backend, env, timeouts, restart, resources
+    ("no-model-dir", {"model_dir": DROP}, [],
+     E + "model_dir: is required (a path or fsspec URL shared by every task)"),
+    ("empty-model-dir", {"model_dir": " "}, [], E + "model_dir: must not be empty"),
+    ("command-as-string", {"command": "python train.py"}, [],
+     E + "command: must be a non-empty list of strings (the program and its arguments)"),
+    ("command-empty", {"command": []}, [],
+     E + "command: must be a non-empty list of strings (the program and its arguments)"),
+    ("command-arg-number", {"command": ["python", "train.py", 3]}, [],
+     E + "command[2]: must be a string, got an integer"),
+    ("no-command-anywhere", {"command": DROP}, [],
+     E + 'command: no command to run: set "command" in the spec or give it after --'),
+    ("bad-name", {"name": "my job"}, [],
+     E + "name: 'my job' must be letters, digits, '_', '.', '-' (at most 63)"),
+    ("unknown-backend", {"backend": "yarn"}, [],
+     E + "backend: unknown backend 'yarn' (allowed: local, ssh, slurm, kubernetes)"),
+    ("env-tf-config", {"env": {"TF_CONFIG": "{}"}}, [],
+     E + "env.TF_CONFIG: is set by tfcluster for every task; do not set it"),
+    ("env-not-string", {"env": {"BATCH": 64}}, [],
+     E + "env.BATCH: must be a string, got an integer"),
+    ("env-bad-name", {"env": {"1BAD": "x"}}, [],
+     E + "env.1BAD: is not a valid environment variable name"),
+    ("negative-timeout", {"timeouts": {"kill": -1}}, [],
+     E + "timeouts.kill: must be at least 0.0, got -1"),
+    ("zero-poll", {"timeouts": {"poll": 0}}, [], E + "timeouts.poll: must be greater than 0"),
+    ("nan-timeout", Raw('{"cluster": {"worker": 1}, "model_dir": "m", "timeouts": '
+                        '{"stall": NaN}}'), [],
+     E + "timeouts.stall: must be at least 0.0, got nan"),
+    ("restart-policy-unknown", {"restart": {"worker": "sometimes"}}, [],
+     E + "restart.worker.policy: must be one of never, on-failure, always, got 'sometimes'"),
+    ("restart-negative-budget", {"restart": {"ps": {"max_restarts": -1}}}, [],
+     E + "restart.ps.max_restarts: must be at least 0, got -1"),
+    ("restart-negative-backoff", {"restart": {"chief": {"backoff": -2}}}, [],
+     E + "restart.chief.backoff: must be at least 0.0, got -2"),
+    ("check-storage-string", {"check_storage": "yes"}, [],
+     E + "check_storage: must be true or false, got a string"),
+    ("resources-memory", {"resources": {"worker": {"memory": "lots"}}}, [],
+     E + "resources.worker.memory: must look like '4G', '512M' or '2Gi', got 'lots'"),
+    # --- command line
+    ("json-without-dry-run", {}, ["--json"], "launch: error: --json goes with --dry-run"),
+    ("nothing-after-dashes", {}, ["--"],
+     "launch: error: nothing after --: give the command to run, or leave out --"),
+    ("unknown-option", {}, ["--dryrun"], "launch: error: unrecognized arguments: --dryrun"),
+    # --- preflight: before anything starts
+    ("explicit-port-taken", {"cluster": {"chief": 1, "ps": ["localhost:{port}"]}}, [],
+     "launch: error: ps:0: port {port} is already in use on this machine (pick another port "
+     "in the spec, or leave the port out to get a free one)"),
+    ("remote-host-on-local-backend", {"cluster": {"chief": ["gpu-node-7.invalid:2222"]}}, [],
+     "launch: error: cluster.chief[0]: host 'gpu-node-7.invalid' is not this machine, and "
+     'backend "local" runs every task here (use --local to map every host to localhost, or '
+     'backend "ssh")'),
+    ("host-does-not-resolve", {"backend": "ssh", "cluster": {"chief": ["nosuch-host.invalid"]}},
+     [], "launch: error: ssh preflight failed on 1 of 1 hosts; nothing was started:\n"
+         "  nosuch-host.invalid (chief:0): cannot connect: ssh: Could not resolve hostname "
+         "nosuch-host.invalid: Name or service not known"),
+    ("model-dir-under-a-file", {"model_dir": "{tmp}/a-file/model"}, [],
+     "launch: error: model_dir {tmp}/a-file/model: the launcher cannot write it "
+     "(NotADirectoryError: [Errno 20] Not a directory: '{tmp}/a-file/model')"),
+    ("deeply-nested-json", Raw('{"cluster": ' + "[" * 100000), [],
+     E + "invalid JSON: lists or objects nested too deeply"),
+]
