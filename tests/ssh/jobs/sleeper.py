@@ -1,0 +1,29 @@
+"""A stand-in task that never ends by itself: it starts a grandchild in its own process group
+(as TensorFlow's helpers may), prints "ready", and sleeps. Options by task name:
+    --stubborn TASK   that task ignores SIGTERM (only SIGKILL ends it)
+    --fail TASK       that task exits with status 3, 2 s after "ready"
+"""
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+
+p = argparse.ArgumentParser()
+p.add_argument("--stubborn", default="")
+p.add_argument("--fail", default="")
+args = p.parse_args()
+task = os.environ["TFCLUSTER_TASK"]
+signal.signal(signal.SIGINT, signal.SIG_IGN)          # like a TensorFlow ps
+if task == args.stubborn:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+print(f"ready {task} grandchild {grandchild.pid}", flush=True)
+if task == args.fail:
+    time.sleep(2)
+    print(f"{task} fails now", flush=True)
+    sys.exit(3)
+while True:
+    time.sleep(1)
