@@ -122,7 +122,7 @@ def _evaluate_splits(path: str, evaluate: Evaluate, writer: MetricsWriter,
         try:
             step, metrics = evaluate(path, split)
         except CheckpointGone:
-            log(f"{path} was deleted before it could be evaluated; skipping it")
+            log(f"{path} was deleted before or while it was evaluated ({split}); skipping it")
             outcome.skipped.append(path)
             return None
         record = MetricsRecord(step=int(step), checkpoint=path, split=split, metrics=metrics,

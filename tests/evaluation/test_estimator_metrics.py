@@ -1,0 +1,157 @@
+"""A real Estimator job (chief, worker, ps, evaluator; TF 2.15) through `launch`: the metrics
+file, its table, `launch report`, and the offline evaluation of the exported model."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from conftest import PY_TF215, REPO, run_launch
+
+from launcher.tfevents import scalars_in_dir
+from orchestrator.metrics_file import read_metrics
+
+pytestmark = pytest.mark.tf
+JOB = REPO / "tests" / "evaluation" / "estimator_job.py"
+MAX_STEPS = 400
+
+
+def tf_python(*args: str, timeout: float = 180) -> str:
+    """Run the test job script in the TF 2.15 Python; its stdout."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    done = subprocess.run([PY_TF215, str(JOB), *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=REPO, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """One job for the whole module: 400 steps, a checkpoint every 40, only 3 kept."""
+    tmp = tmp_path_factory.mktemp("estimator_run")
+    spec = {
+        "name": "evaltest",
+        "cluster": {"chief": 1, "worker": 1, "ps": 1},
+        "evaluator": "localhost",
+        "command": [PY_TF215, str(JOB)],
+        "model_dir": str(tmp / "model"),
+        "max_steps": MAX_STEPS,
+        "env": {"JOB_STEP_SLEEP": "0.05", "JOB_SAVE_STEPS": "40", "JOB_KEEP": "3"},
+    }
+    (tmp / "spec.json").write_text(json.dumps(spec))
+    proc = run_launch(str(tmp / "spec.json"), "--quiet", "--run-dir", str(tmp / "run"),
+                      timeout=420)
+    return SimpleNamespace(proc=proc, tmp=tmp, model_dir=str(tmp / "model"),
+                           run_dir=str(tmp / "run"))
+
+
+def test_metrics_file_holds_a_fresh_evaluation_of_each_checkpoint(run):
+    assert run.proc.returncode == 0, run.proc.stderr[-3000:]
+    lines = Path(run.model_dir, "tfcluster_metrics.jsonl").read_text().splitlines()
+    raw = [json.loads(line) for line in lines]
+    assert all(set(d) == {"step", "checkpoint", "split", "metrics", "time"} for d in raw)
+    records = read_metrics(run.model_dir)
+    evals = [r for r in records if r.split == "eval"]
+    trains = [r for r in records if r.split == "train"]
+    # one line per evaluated checkpoint and split, in step order, ending at max_steps; a
+    # checkpoint deleted (keep 3) between its eval and train evaluation has no train line
+    assert len(evals) >= 2
+    assert len({r.checkpoint for r in evals}) == len(evals)
+    assert len({r.checkpoint for r in trains}) == len(trains)
+    assert {r.checkpoint for r in trains} <= {r.checkpoint for r in evals}
+    assert trains[-1].checkpoint == evals[-1].checkpoint
+    assert [r.step for r in evals] == sorted(r.step for r in evals)
+    assert evals[-1].step >= MAX_STEPS
+    assert {"accuracy", "auc", "loss"} <= set(evals[-1].metrics)
+    assert evals[-1].metrics["accuracy"] != evals[0].metrics["accuracy"]  # it learned
+
+    fresh = json.loads(tf_python("verify", run.model_dir))
+    assert fresh, "no evaluated checkpoint is left to check"
+    assert evals[-1].checkpoint in {f["checkpoint"] for f in fresh}
+    by_key = {(r.checkpoint, r.split): r for r in records}
+    for f in fresh:
+        mine = by_key[(f["checkpoint"], f["split"])]
+        assert mine.step == f["step"]
+        assert mine.metrics == pytest.approx(f["metrics"], rel=1e-6, abs=1e-7), f["checkpoint"]
+
+
+def test_launch_prints_the_metrics_table_at_the_end(run):
+    err = run.proc.stderr
+    assert "metrics of each checkpoint" in err
+    table = err[err.index("metrics of each checkpoint"):]
+    assert re.search(r"step\s+split\s+loss\s+accuracy\s+auc", table)
+    final = read_metrics(run.model_dir)[-1]
+    assert re.search(rf"^\s*{final.step}\s+{final.split}\s", table, re.M)
+
+
+def test_evaluator_skips_checkpoints_deleted_under_it(run, tmp_path):
+    copy = tmp_path / "model"
+    shutil.copytree(run.model_dir, copy)
+    result = json.loads(tf_python("deleted", str(copy)).splitlines()[-1])
+    assert result["skipped"] == result["old"]          # data gone / index gone: both skipped
+    assert result["reason"] == "final"                 # and it went on to the newest one
+    assert result["steps"] == [int(result["final"].rsplit("-", 1)[1])]
+    assert result["mismatch"] == "NotFoundError"       # a wrong checkpoint is not hidden
+
+
+def test_report_draws_loss_and_metrics(run):
+    done = run_launch("report", run.run_dir, timeout=120)
+    assert done.returncode == 0, done.stderr
+    png = Path(run.run_dir, "report.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 20_000
+    page = Path(run.run_dir, "report.html").read_text()
+    assert base64.b64encode(png).decode() in page          # self-contained
+    final = [r for r in read_metrics(run.model_dir) if r.split == "eval"][-1]
+    assert f"<td>{final.step}</td><td>eval</td>" in page
+    assert "job succeeded" in page or "training finished" in page
+    assert f"{len(scalars_in_dir(run.model_dir)) and 'loss points'}" in done.stdout
+
+
+def test_events_reader_agrees_with_tensorflow(run):
+    mine = [(s.step, s.value) for s in scalars_in_dir(run.model_dir) if s.tag == "loss"]
+    code = ("import glob, json, sys, tensorflow as tf\n"
+            "out = []\n"
+            "for f in sorted(glob.glob(sys.argv[1] + '/events.out.tfevents.*')):\n"
+            "    for e in tf.compat.v1.train.summary_iterator(f):\n"
+            "        out += [(e.step, v.simple_value) for v in e.summary.value"
+            " if v.tag == 'loss']\n"
+            "print(json.dumps(sorted(out)))\n")
+    done = subprocess.run([PY_TF215, "-c", code, run.model_dir], capture_output=True,
+                          text=True, timeout=120, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    theirs = [tuple(p) for p in json.loads(done.stdout)]
+    assert len(mine) >= 10
+    assert sorted(mine) == theirs
+
+
+def test_offline_evaluation_of_the_exported_model(run, tmp_path):
+    exported = tf_python("export", run.model_dir, str(tmp_path / "export"),
+                         str(tmp_path / "eval.csv")).strip().splitlines()[-1]
+    assert Path(exported, "saved_model.pb").exists()
+    done = run_launch("evaluate", "--model", str(tmp_path / "export"), "--data",
+                      str(tmp_path / "eval.csv"), "--json", "--python", PY_TF215,
+                      "--predictions", str(tmp_path / "pred.csv"), timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    pairs = [line.split(",") for line in (tmp_path / "pred.csv").read_text().splitlines()[1:]]
+    labels = [int(y) for y, _ in pairs]
+    probs = [float(p) for _, p in pairs]
+    assert result["examples"] == len(labels) == 500
+
+    # an independent AUC: every (positive, negative) pair, ties count one half
+    pos = [p for y, p in zip(labels, probs) if y == 1]
+    neg = [p for y, p in zip(labels, probs) if y == 0]
+    wins = sum(1.0 if a > b else 0.5 if a == b else 0.0 for a in pos for b in neg)
+    assert result["auc"] == pytest.approx(wins / (len(pos) * len(neg)), abs=1e-12)
+
+    # the exported model is the final checkpoint: same numbers as the evaluator's
+    final = [r for r in read_metrics(run.model_dir) if r.split == "eval"][-1]
+    assert result["accuracy"] == pytest.approx(final.metrics["accuracy"], abs=1e-6)
+    assert result["log_loss"] == pytest.approx(final.metrics["average_loss"], rel=1e-4)
+    assert result["auc"] == pytest.approx(final.metrics["auc"], abs=5e-3)  # TF: 200 buckets
