@@ -20,6 +20,7 @@ stored in a checkpoint needs TensorFlow: ``stored_global_step`` imports it lazil
 
 from __future__ import annotations
 
+import glob
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -159,7 +160,7 @@ class CheckpointReader:
     def __init__(self, model_dir: str, storage_options: dict[str, Any] | None = None,
                  fs: fsspec.AbstractFileSystem | None = None, tf2_number_is_step: bool = False):
         if fs is None:
-            fs, root = fsspec.core.url_to_fs(model_dir, **(storage_options or {}))
+            fs, root = fsspec.core.url_to_fs(model_dir, **_fresh(model_dir, storage_options))
         else:
             root = fs._strip_protocol(model_dir)
         self.model_dir = model_dir
@@ -184,10 +185,16 @@ class CheckpointReader:
 
     def _exists(self, name: str) -> bool:
         try:
-            self.fs.info(self._path(name))
-            return True
+            return self.fs.info(self._path(name)).get("type") != "directory"
         except FileNotFoundError:
             return False
+
+    def list_prefix(self, prefix: str) -> list[str]:
+        """Files of model_dir whose names start with ``prefix``: on S3 one listing limited
+        to the prefix; elsewhere a glob (a directory listing)."""
+        if _protocols(self.fs) & {"s3", "s3a"}:
+            return sorted(self.fs.find(self.root, maxdepth=1, prefix=prefix))
+        return sorted(self.fs.glob(self._path(glob.escape(prefix) + "*")))
 
     def _num_shards(self, prefix: str) -> int | None:
         """K from the index header; None when the index is missing."""
@@ -200,7 +207,7 @@ class CheckpointReader:
         if k is not None:
             return k
         # Unknown index format: fall back to a listing limited to this prefix's data files.
-        found = self.fs.glob(self._path(prefix + ".data-*-of-*"))
+        found = self.list_prefix(prefix + ".data-")
         counts = {int(m.group(1)) for f in found
                   if (m := re.search(r"-of-(\d+)$", f))}
         return max(counts) if counts else 0
@@ -244,6 +251,23 @@ class CheckpointReader:
     def newest_complete(self) -> Checkpoint | None:
         """The newest complete checkpoint the state file names, or None."""
         return self.scan().complete
+
+
+# Object stores whose fsspec implementations cache directory listings: a cached listing
+# would hide files written since (and s3fs answers ``info`` from it), so the reader turns it off.
+LISTING_CACHES = {"s3", "s3a", "gs", "gcs", "abfs", "az", "adl"}
+
+
+def _protocols(fs: fsspec.AbstractFileSystem) -> set[str]:
+    proto = fs.protocol
+    return set(proto) if isinstance(proto, (tuple, list)) else {proto}
+
+
+def _fresh(url: str, options: dict[str, Any] | None) -> dict[str, Any]:
+    options = dict(options or {})
+    if url.split("://", 1)[0] in LISTING_CACHES and "://" in url:
+        options.setdefault("use_listings_cache", False)
+    return options
 
 
 def newest_complete(model_dir: str, storage_options: dict[str, Any] | None = None,

@@ -27,7 +27,7 @@ from typing import Any, Callable
 from orchestrator.checkpoints import Checkpoint, CheckpointReader
 
 METRICS_FILE = "tfcluster_metrics.jsonl"
-EVENTS_GLOB = "events.out.tfevents.*"
+EVENTS_PREFIX = "events.out.tfevents."
 TRAINER_TYPES = ("chief", "master", "worker")
 RATE_WINDOW = 20           # checkpoints kept to estimate steps per second
 METRICS_TAIL_BYTES = 16384  # a new eval line is looked for in the file's last bytes
@@ -197,13 +197,14 @@ class Coordinator:
 
     def _events_grew(self, now: float, p: Progress) -> bool:
         """Whether the chief's events file grew since the last poll. The file is found with
-        a listing limited to ``events.out.tfevents.*`` at most every 30 s, and only while none
-        is known or the known one has been quiet; then one ``info`` per poll."""
+        a listing of ``events.out.tfevents.*`` (limited to that prefix on S3) at most every
+        30 s, and only while none is known or the known one has been quiet; then one
+        ``info`` per poll."""
         quiet = now - p.last_activity > min(self.stall / 3, EVENTS_REDISCOVER_SECS)
         if (self._events_file is None or quiet) and \
                 now - self._events_looked >= EVENTS_REDISCOVER_SECS:
             self._events_looked = now
-            found = sorted(self.fs.glob(self.reader._path(EVENTS_GLOB)))
+            found = self.reader.list_prefix(EVENTS_PREFIX)
             if found and found[-1] != self._events_file:
                 self._events_file, self._events_size = found[-1], -1
         if self._events_file is None:

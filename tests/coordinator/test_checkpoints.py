@@ -135,3 +135,18 @@ def test_a_poll_never_lists_model_dir(storage, old_files):
     counting.calls.clear()
     assert reader.newest_complete().step == 100              # unchanged: state file only
     assert counting.calls == ["cat_file"]
+
+
+def test_files_written_after_a_listing_are_seen(storage):
+    """s3fs answers ``info`` from a cached directory listing; the reader must not."""
+    url, fs, _ = storage
+    trainer = FakeTrainer(fs, url, shards=2)
+    trainer.save(100)
+    fs.pipe_file(f"{url}/events.out.tfevents.1.host", b"x")
+    reader = reader_for(storage)
+    assert reader.newest_complete().step == 100
+    assert [p.rsplit("/", 1)[1] for p in reader.list_prefix("events.out.")] == \
+        ["events.out.tfevents.1.host"]
+    reader.fs.ls(reader.root)           # a full listing, as any other caller might make
+    trainer.save(200)
+    assert reader.newest_complete().step == 200
