@@ -1,0 +1,193 @@
+"""The slurm backend against a real Slurm cluster (two slurmd nodes on this machine)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import PY_TF215, launch_cmd, run_launch, tfcluster_tasks, wait_gone
+from infra.slurm_cluster import SlurmCluster, missing_programs
+
+from launcher.backends.slurm import job_state
+
+REPO = Path(__file__).resolve().parents[2]
+# each task first says where Slurm runs it, then becomes the Estimator example
+SHOW_STEP = ('echo "$TFCLUSTER_TASK on node $SLURMD_NODENAME step $SLURM_JOB_ID.$SLURM_STEP_ID"; '
+             'exec "$0" "$@"')
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    problems = missing_programs()
+    if os.geteuid() != 0:
+        problems.append("root (slurmd and munged run as root here)")
+    if problems:
+        message = "Slurm test cluster needs: " + ", ".join(problems)
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    cluster = SlurmCluster(nodes=2).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def slurm_env(slurm_cluster, monkeypatch):
+    """SLURM_CONF for this test process (helpers like job_state) and for `launch`."""
+    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
+    return slurm_cluster.env
+
+
+def write_spec(tmp_path: Path, **overrides) -> Path:
+    spec = {
+        "name": "slurm-est",
+        "cluster": {"chief": ["a"], "worker": ["b"], "ps": ["b"]},
+        "evaluator": "a",
+        "command": ["bash", "-c", SHOW_STEP, PY_TF215, "examples/estimator/train.py",
+                    "--data-dir", str(tmp_path / "data"), "--save-steps", "100"],
+        "workdir": str(REPO),
+        "model_dir": str(tmp_path / "model"),
+        "max_steps": 300,
+        "backend": "slurm",
+        "resources": {"default": {"cpus": 1}, "ps": {"memory": "500M"}},
+        "slurm": {"partition": "debug", "time": "10"},
+        "timeouts": {"finish": 90},
+    }
+    spec.update(overrides)
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def squeue(cluster, *args: str) -> list[str]:
+    return cluster.run("squeue", "-h", *args).splitlines()
+
+
+def released(cluster, timeout: float = 30) -> bool:
+    """True once squeue shows neither a job nor a step."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not squeue(cluster) and not squeue(cluster, "-s"):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def granted_job(stderr: str) -> str:
+    line = next(x for x in stderr.splitlines() if "Slurm job" in x and "granted" in x)
+    return line.split("Slurm job ")[1].split()[0]
+
+
+def test_dry_run_prints_the_allocation_and_one_step_per_task(tmp_path, slurm_cluster):
+    spec = write_spec(tmp_path)
+    done = run_launch(str(spec), "--dry-run", env=slurm_cluster.env)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    salloc = next(line for line in out.splitlines() if line.startswith("salloc "))
+    assert "--nodes=2" in salloc and "--partition=debug" in salloc and "--time=10" in salloc
+    # a and b each hold two 1-CPU tasks
+    assert "--cpus-per-task=2" in salloc and "--mem=500M" in salloc
+    steps = [line for line in out.splitlines() if " srun " in line]
+    assert len(steps) == 4
+    assert all("--overlap" in s and "--jobid=$J" in s for s in steps)
+    ps = next(s for s in steps if s.endswith("# ps:0"))
+    assert "--mem=500M" in ps and "--nodelist=NODE_2" in ps
+    assert "scancel $J" in out
+    assert not squeue(slurm_cluster), "dry run must submit nothing"
+
+
+def test_dry_run_json_carries_the_script(tmp_path, slurm_cluster):
+    done = run_launch(str(write_spec(tmp_path)), "--dry-run", "--json", env=slurm_cluster.env)
+    doc = json.loads(done.stdout)
+    assert doc["backend"] == "slurm" and "salloc --no-shell" in doc["rendered"]
+    assert {t["type"] for t in doc["tasks"]} == {"chief", "worker", "ps", "evaluator"}
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("slurm", {"partiton": "debug"}, "slurm.partiton: unknown key"),
+    ("slurm", {"account": "a b"}, "slurm.account"),
+    ("slurm", {"salloc_args": ["rm"]}, "slurm.salloc_args[0]"),
+    ("resources", {"ps": {"partition": "other"}}, "resources.ps.partition"),
+])
+def test_bad_slurm_options_exit_2_naming_the_field(tmp_path, slurm_cluster, field, value,
+                                                     message):
+    done = run_launch(str(write_spec(tmp_path, **{field: value})), env=slurm_cluster.env)
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert not squeue(slurm_cluster)
+
+
+def test_more_nodes_than_the_cluster_has_fail_cleanly(tmp_path, slurm_cluster):
+    spec = write_spec(tmp_path, cluster={"chief": ["a"], "worker": ["b", "c"]},
+                      evaluator=None, command=["true"],
+                      slurm={"allocation_timeout": 5})
+    done = run_launch(str(spec), env=slurm_cluster.env, timeout=60)
+    assert done.returncode == 2
+    assert "salloc failed" in done.stderr
+    assert released(slurm_cluster)
+
+
+def test_failing_step_fails_the_job_and_releases_the_allocation(tmp_path, slurm_cluster):
+    script = 'if [ "$TFCLUSTER_TASK" = worker:0 ]; then sleep 1; exit 3; fi; exec sleep 120'
+    spec = write_spec(tmp_path, command=["bash", "-c", script])
+    done = run_launch(str(spec), "--run-dir", str(tmp_path / "run"), env=slurm_cluster.env,
+                      timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert "worker:0 failed with exit status 3" in done.stderr
+    assert released(slurm_cluster)
+
+
+@pytest.mark.tf
+def test_estimator_job_succeeds_and_releases_the_allocation(tmp_path, slurm_env,
+                                                            slurm_cluster):
+    run_dir = tmp_path / "run"
+    done = run_launch(str(write_spec(tmp_path)), "--run-dir", str(run_dir), env=slurm_env,
+                      timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    exits = {t["task"]: (t["exit"], t["stopped"]) for t in summary["tasks"]}
+    assert exits["chief:0"] == (0, False) and exits["worker:0"] == (0, False)
+    assert exits["evaluator:0"] == (0, False)
+    assert exits["ps:0"][1] is True, "the ps is stopped by the launcher once training ended"
+    # the tasks ran as steps of one job, on the nodes their host labels name
+    job = granted_job(done.stderr)
+    chief_log = (run_dir / "logs" / "chief-0.log").read_text()
+    worker_log = (run_dir / "logs" / "worker-0.log").read_text()
+    assert f"chief:0 on node n1 step {job}." in chief_log
+    assert f"worker:0 on node n2 step {job}." in worker_log
+    assert (tmp_path / "model" / "checkpoint").exists()
+    # every step ended and the allocation is released
+    assert released(slurm_cluster)
+    assert job_state(job) in ("CANCELLED", "COMPLETED", "GONE")
+
+
+@pytest.mark.tf
+def test_interrupted_run_leaves_no_process_and_no_job(tmp_path, slurm_env, slurm_cluster):
+    spec = write_spec(tmp_path, max_steps=100000)
+    run_dir = tmp_path / "run"
+    env = dict(os.environ, **slurm_env)
+    proc = subprocess.Popen(launch_cmd(str(spec), "--run-dir", str(run_dir), "-q"), env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:   # wait until the chief trained and saved
+            if (tmp_path / "model" / "checkpoint").exists() or proc.poll() is not None:
+                break
+            time.sleep(0.5)
+        assert len(squeue(slurm_cluster, "-s")) == 4
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert released(slurm_cluster, timeout=5)
+    assert not wait_gone(tfcluster_tasks, timeout=10)
