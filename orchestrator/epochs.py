@@ -24,7 +24,6 @@ ever and stop at max_steps, as TensorFlow does by default.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
 from collections.abc import Mapping
@@ -32,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from orchestrator.sharding import Shard, current_shard, shard_dataset
-from orchestrator.steps import derive_max_steps, shard_sizes
+from orchestrator.steps import derive_max_steps, shard_steps
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +54,7 @@ class EpochPlan:
     def steps_of(self, shard: Shard) -> int:
         """Steps the trainer reading ``shard`` takes (its input's length in batches)."""
         self._require_counted()
-        n = shard_sizes(self.examples, shard.count)[shard.index]
-        return math.ceil(n * self.epochs / self.batch_size)
+        return shard_steps(self.epochs, self.examples, self.batch_size, shard.count)[shard.index]
 
     @property
     def shard_steps(self) -> int:

@@ -10,6 +10,12 @@ def shard_sizes(examples: int, num_shards: int) -> list[int]:
     return [len(range(i, examples, num_shards)) for i in range(num_shards)]
 
 
+def shard_steps(epochs: int, examples: int, batch_size: int, num_shards: int) -> list[int]:
+    """Steps of each trainer that reads its shard ``epochs`` times, batched across epoch
+    boundaries (``shard().repeat(epochs).batch(b)``): only its very last batch is partial."""
+    return [math.ceil(n * epochs / batch_size) for n in shard_sizes(examples, num_shards)]
+
+
 def derive_max_steps(
     epochs: int, examples: int, batch_size: int, num_shards: int, synchronous: bool = False
 ) -> int:
@@ -18,8 +24,11 @@ def derive_max_steps(
     Asynchronous training (Estimator, ParameterServerStrategy): every trainer step adds one to
     global_step, so the job ends after the sum of the trainers' steps. Each trainer reads its
     own shard `epochs` times, batched across epoch boundaries (`repeat(epochs).batch(b)`).
-    Synchronous training (MultiWorkerMirroredStrategy): one global step is one batch on every
-    trainer at once, so the longest shard decides.
+    Synchronous training (MultiWorkerMirroredStrategy): one global step is one global batch
+    (``batch_size`` x trainers) split among the trainers; TensorFlow shards each global batch
+    (``AutoShardPolicy.DATA``, orchestrator.sharding) and the distributed iterator runs while
+    any trainer has data, so the steps are the global batches in ``epochs`` passes.
     """
-    per_shard = [math.ceil(n * epochs / batch_size) for n in shard_sizes(examples, num_shards)]
-    return max(per_shard) if synchronous else sum(per_shard)
+    if synchronous:
+        return math.ceil(examples * epochs / (batch_size * num_shards))
+    return sum(shard_steps(epochs, examples, batch_size, num_shards))

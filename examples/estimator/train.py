@@ -46,6 +46,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-steps", type=int, default=2000,
                    help="when the launcher gives no TFCLUSTER_MAX_STEPS")
     p.add_argument("--save-steps", type=int, default=200)
+    p.add_argument("--log-ids", action="store_true",
+                   help="print the ids of every batch this task trains on (tests)")
+    p.add_argument("--no-helpers", action="store_true",
+                   help="what a script without tfcluster does: every trainer reads all the data, "
+                        "max_steps None, the chief saves when its own input ends (tests)")
     return p.parse_args(argv)
 
 
@@ -66,6 +71,29 @@ def serving_input_fn():
     spec = {n: tf.io.FixedLenFeature([], tf.float32) for n in ctr_data.NUMERIC}
     spec.update({n: tf.io.FixedLenFeature([], tf.string) for n in ("device", "site")})
     return tf.estimator.export.build_parsing_serving_input_receiver_fn(spec)()
+
+
+def with_id_logging(estimator, config):
+    """The same model, printing ``tfcluster-ids: [...]`` for every batch it trains on."""
+    import tensorflow as tf
+
+    class PrintIds(tf.compat.v1.train.SessionRunHook):
+        def __init__(self, ids):
+            self.ids = ids
+
+        def before_run(self, run_context):
+            return tf.compat.v1.train.SessionRunArgs(self.ids)
+
+        def after_run(self, run_context, run_values):
+            print("tfcluster-ids: [" + " ".join(map(str, run_values.results)) + "]", flush=True)
+
+    def model_fn(features, labels, mode, config):
+        spec = estimator.model_fn(features, labels, mode, config)
+        if mode != tf.estimator.ModeKeys.TRAIN:
+            return spec
+        return spec._replace(training_hooks=[*spec.training_hooks, PrintIds(features["id"])])
+
+    return tf.estimator.Estimator(model_fn, config=config)
 
 
 def run_evaluator(estimator, train_spec, eval_spec) -> None:
@@ -94,8 +122,12 @@ def main(argv: list[str] | None = None) -> None:
         experimental_max_worker_delay_secs=0,  # workers wait for the chief instead (below)
     )
     estimator = tf.estimator.LinearClassifier(feature_columns(), config=config)
+    if args.log_ids:
+        estimator = with_id_logging(estimator, config)
 
     def train_input_fn():
+        if args.no_helpers:
+            return ctr_data.read_csv(train_file).repeat(plan.epochs).batch(plan.batch_size)
         return training_dataset(ctr_data.read_csv(train_file), plan, shuffle_buffer=1000)
 
     def eval_input_fn():
@@ -103,6 +135,8 @@ def main(argv: list[str] | None = None) -> None:
 
     max_steps = plan.total_steps() if plan.counted else plan.max_steps
     hooks = estimator_hooks(plan, args.model_dir, config.is_chief, args.save_steps)
+    if args.no_helpers:
+        max_steps, hooks = None, []
     train_spec = tf.estimator.TrainSpec(train_input_fn, max_steps=max_steps, hooks=hooks)
     exporter = tf.estimator.FinalExporter("ctr", serving_input_fn)
     eval_spec = tf.estimator.EvalSpec(eval_input_fn, steps=None, exporters=[exporter],

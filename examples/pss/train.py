@@ -80,7 +80,7 @@ def coordinate(args: argparse.Namespace) -> None:
     counted = plan.counted and not args.no_helpers
     epochs = plan.epochs if plan.counted else None
     if args.no_helpers:
-        def dataset_fn(_context):
+        def dataset_fn():
             return ctr_data.read_csv(train_file).repeat(epochs).batch(plan.batch_size)
     else:
         dataset_fn = pss_dataset_fn(lambda: ctr_data.read_csv(train_file), plan.batch_size,

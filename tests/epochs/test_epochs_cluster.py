@@ -1,0 +1,105 @@
+"""Epochs that mean epochs, on real clusters (chief + 2 workers + ps): with the helpers every
+example id is trained on exactly `epochs` times across the cluster and the final checkpoint's
+global_step is the sum of every trainer's steps; the same job without them (every trainer
+reads all the data) trains each example epochs x trainers times.
+
+Every trainer prints the ids of each batch it trains on (`--log-ids`); the launcher keeps each
+task's output in the run dir, where the test counts them. 2003 examples, batch 32: the shards
+are uneven and every trainer's last batch is partial.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import PY_TF215, PY_TF221, REPO, run_launch
+
+pytestmark = pytest.mark.tf
+
+EPOCHS, EXAMPLES, BATCH = 2, 2003, 32
+READ_STEP = {
+    # how each TensorFlow reads global_step from the newest checkpoint in a model_dir
+    PY_TF215: "tf.train.load_checkpoint(tf.train.latest_checkpoint(d)).get_tensor('global_step')",
+    PY_TF221: "tf.train.load_checkpoint(tf.train.latest_checkpoint(d))"
+              ".get_tensor('step/.ATTRIBUTES/VARIABLE_VALUE')",
+}
+
+
+def run_job(example: str, python: str, tmp_path: Path, *flags: str):
+    spec = {
+        "name": f"epochs-{example}",
+        "cluster": {"chief": 1, "worker": 2, "ps": 1},
+        "model_dir": str(tmp_path / "model"),
+        "epochs": EPOCHS, "examples": EXAMPLES, "batch_size": BATCH,
+        "timeouts": {"finish": 60 if example == "estimator" else 2},
+    }
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    run_dir = tmp_path / "run"
+    proc = run_launch(str(path), "--quiet", "--run-dir", str(run_dir), "--", python,
+                      f"examples/{example}/train.py", "--log-ids", *flags, timeout=400)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return run_dir
+
+
+def batches_by_task(run_dir: Path) -> dict[str, list[list[int]]]:
+    """task -> the id lists of the batches it trained on, from its log in the run dir."""
+    out = {}
+    for log in sorted((run_dir / "logs").glob("*.log")):
+        rows = []
+        for line in log.read_text(errors="replace").splitlines():
+            if line.startswith("tfcluster-ids: ["):
+                rows.append([int(v) for v in line.split("[", 1)[1].rstrip("]").split()])
+        if rows:
+            out[log.stem] = rows
+    return out
+
+
+def id_counts(batches: dict[str, list[list[int]]]) -> collections.Counter:
+    return collections.Counter(i for rows in batches.values() for row in rows for i in row)
+
+
+def final_global_step(python: str, model_dir: Path) -> int:
+    code = f"import sys, tensorflow as tf; d = sys.argv[1]; print(int({READ_STEP[python]}))"
+    out = subprocess.run([python, "-c", code, str(model_dir)], capture_output=True, text=True,
+                         timeout=120, cwd=REPO, env={"TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert out.returncode == 0, out.stderr
+    return int(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("example,python,trainers", [
+    ("estimator", PY_TF215, ["chief-0", "worker-0", "worker-1"]),
+    ("pss", PY_TF221, ["worker-0", "worker-1"]),          # the PSS chief only coordinates
+])
+def test_each_example_is_trained_on_exactly_epochs_times(tmp_path, example, python, trainers):
+    run_dir = run_job(example, python, tmp_path)
+    batches = batches_by_task(run_dir)
+    assert sorted(batches) == trainers
+    counts = id_counts(batches)
+    assert set(counts) == set(range(EXAMPLES))
+    assert set(counts.values()) == {EPOCHS}
+    steps = {task: len(rows) for task, rows in batches.items()}
+    # uneven shards, partial last batches: each trainer's count is its shard's
+    per_trainer = -(-EXAMPLES // len(trainers)) * EPOCHS
+    assert max(len(r) for rows in batches.values() for r in rows) == BATCH
+    assert all(len(rows[-1]) < BATCH for rows in batches.values())
+    assert all(n <= -(-per_trainer // BATCH) for n in steps.values())
+    # the final checkpoint holds every trainer's updates
+    assert final_global_step(python, tmp_path / "model") == sum(steps.values()), steps
+
+
+@pytest.mark.parametrize("example,python,trainers", [
+    ("estimator", PY_TF215, 3),
+    ("pss", PY_TF221, 2),
+])
+def test_without_the_helpers_every_trainer_reads_every_epoch(tmp_path, example, python,
+                                                             trainers):
+    run_dir = run_job(example, python, tmp_path, "--no-helpers")
+    batches = batches_by_task(run_dir)
+    counts = id_counts(batches)
+    assert set(counts) == set(range(EXAMPLES))
+    assert set(counts.values()) == {EPOCHS * trainers}      # the multiplied count
