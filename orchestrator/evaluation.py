@@ -23,7 +23,6 @@ TensorFlow is imported only inside the functions that need it.
 from __future__ import annotations
 
 import os
-import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -33,16 +32,6 @@ from orchestrator.metrics_file import MetricsRecord, MetricsWriter, clean_metric
 
 DEFAULT_IDLE_TIMEOUT = 600.0   # seconds without a new checkpoint before the evaluator gives up
 DEFAULT_POLL = 1.0
-_DATA_FILE = re.compile(r"\.data-(\d+)-of-(\d+)$")
-
-# Variables that hold the training step in TF2 checkpoints, most specific first.
-STEP_KEYS = (
-    "step/.ATTRIBUTES/VARIABLE_VALUE",
-    "global_step/.ATTRIBUTES/VARIABLE_VALUE",
-    "optimizer/iterations/.ATTRIBUTES/VARIABLE_VALUE",
-    "optimizer/iter/.ATTRIBUTES/VARIABLE_VALUE",
-    "global_step",
-)
 
 Evaluate = Callable[[str, str], "tuple[int, dict[str, float]]"]
 
@@ -134,54 +123,44 @@ def _evaluate_splits(path: str, evaluate: Evaluate, writer: MetricsWriter,
     return step
 
 
-# ---------------------------------------------------------------- TensorFlow helpers
-def newest_checkpoint(model_dir: str) -> str | None:
-    """The newest complete checkpoint of model_dir, or None.
+# ---------------------------------------------------------------- checkpoints
+class CheckpointFinder:
+    """The newest complete checkpoint of model_dir (orchestrator.checkpoints: follows the
+    ``checkpoint`` state file through fsspec), as a path TensorFlow can open, and whether a
+    checkpoint's files are still all there."""
 
-    Follows the ``checkpoint`` state file, which TensorFlow replaces atomically after a
-    checkpoint's files are written (FIELD_NOTES), so the path it names is complete.
-    """
-    try:
-        from orchestrator import checkpoints  # the team's fsspec reader, when present
-    except ImportError:
-        checkpoints = None
-    reader = getattr(checkpoints, "newest_checkpoint", None) if checkpoints else None
-    if reader is not None:
-        found = reader(model_dir)
-        if found is None or isinstance(found, str):
-            return found
-        return getattr(found, "path", None) or str(found)
-    import tensorflow as tf
+    def __init__(self, model_dir: str):
+        self.model_dir = model_dir
+        self.reader = self._reader(model_dir)
 
-    try:
-        state = tf.train.get_checkpoint_state(model_dir)
-    except (tf.errors.OpError, ValueError):
-        return None
-    return state.model_checkpoint_path if state and state.model_checkpoint_path else None
+    @staticmethod
+    def _reader(folder: str):
+        from orchestrator.checkpoints import CheckpointReader
 
+        return CheckpointReader(folder)
 
-def checkpoint_files_present(path: str) -> bool:
-    """Whether the index and every data shard of checkpoint ``path`` exist."""
-    import tensorflow as tf
+    def path(self, name: str) -> str:
+        if "://" in self.model_dir:
+            return self.model_dir.rstrip("/") + "/" + name
+        return os.path.join(self.model_dir, name)
 
-    try:
-        if not tf.io.gfile.exists(path + ".index"):
-            return False
-        shards = [_DATA_FILE.search(name) for name in tf.io.gfile.glob(path + ".data-*")]
-        shards = [m for m in shards if m]
-    except tf.errors.OpError:
-        return False
-    if not shards:
-        return False
-    total = int(shards[0].group(2))
-    return len({int(m.group(1)) for m in shards}) == total
+    def newest(self) -> str | None:
+        found = self.reader.newest_complete()
+        return self.path(found.name) if found else None
 
+    def present(self, path: str) -> bool:
+        """Whether the index, the data shards (and .meta) of checkpoint ``path`` exist."""
+        folder, _, name = path.replace("\\", "/").rpartition("/")
+        reader = self.reader if folder in ("", self.model_dir.rstrip("/")) \
+            else self._reader(folder)
+        return reader.check(name)[0] is not None
 
-def _gone_or_raise(path: str, error: Exception) -> CheckpointGone:
-    """A restore failed: CheckpointGone when the files vanished, else the error itself."""
-    if checkpoint_files_present(path):
-        raise error
-    return CheckpointGone(path)
+    def gone_or_raise(self, path: str, error: Exception) -> CheckpointGone:
+        """A restore failed: CheckpointGone when the files vanished; else the error itself
+        (a checkpoint of another model must not be skipped in silence)."""
+        if self.present(path):
+            raise error
+        return CheckpointGone(path)
 
 
 def evaluate_estimator_checkpoints(
@@ -212,8 +191,8 @@ def evaluate_estimator_checkpoints(
     inputs = {"eval": (eval_input_fn, eval_steps)}
     if train_input_fn is not None:
         inputs["train"] = (train_input_fn, train_steps)
-    outcome = follow_checkpoints(lambda: newest_checkpoint(model_dir),
-                                 estimator_evaluate_fn(estimator, inputs),
+    finder = CheckpointFinder(model_dir)
+    outcome = follow_checkpoints(finder.newest, estimator_evaluate_fn(estimator, inputs, finder),
                                  MetricsWriter(model_dir), tuple(inputs), max_steps,
                                  poll_secs, idle_timeout)
     final = [r for r in outcome.records if r.split == "eval"]
@@ -230,7 +209,8 @@ def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def estimator_evaluate_fn(estimator, inputs: dict[str, tuple[Callable, int | None]]) -> Evaluate:
+def estimator_evaluate_fn(estimator, inputs: dict[str, tuple[Callable, int | None]],
+                          finder: CheckpointFinder) -> Evaluate:
     """``evaluate(path, split)`` for an Estimator; ``inputs`` maps a split to (input_fn,
     steps). Summaries of split ``eval`` go to ``model_dir/eval``, others to ``eval_SPLIT``."""
     import tensorflow as tf
@@ -241,23 +221,27 @@ def estimator_evaluate_fn(estimator, inputs: dict[str, tuple[Callable, int | Non
             results = estimator.evaluate(input_fn, steps=steps, checkpoint_path=path,
                                          name=None if split == "eval" else split)
         except (tf.errors.NotFoundError, ValueError) as e:
-            raise _gone_or_raise(path, e) from e
+            raise finder.gone_or_raise(path, e) from e
         return int(results["global_step"]), clean_metrics(results)
 
     return evaluate
 
 
 def checkpoint_step(path: str, step_key: str | None = None) -> int:
-    """The training step stored in a checkpoint (name-based or object-based)."""
-    import tensorflow as tf
+    """The training step stored in a checkpoint: ``step_key``, else the usual step and
+    optimizer-iteration variables (orchestrator.checkpoints.STEP_KEYS)."""
+    from orchestrator.checkpoints import STEP_KEYS, stored_global_step
 
-    reader = tf.train.load_checkpoint(path)
-    keys = reader.get_variable_to_shape_map()
-    for key in (step_key,) if step_key else STEP_KEYS:
-        if key in keys:
-            return int(reader.get_tensor(key))
-    raise KeyError(f"no step variable in {path} (looked for {', '.join(STEP_KEYS)}); "
-                   "pass step_key=")
+    if step_key is None:
+        step = stored_global_step(path)
+    else:
+        import tensorflow as tf
+
+        step = int(tf.train.load_checkpoint(path).get_tensor(step_key))
+    if step is None:
+        raise KeyError(f"no step variable in {path} (looked for {', '.join(STEP_KEYS)}); "
+                       "pass step_key=")
+    return step
 
 
 def evaluate_keras_checkpoints(
@@ -288,6 +272,7 @@ def evaluate_keras_checkpoints(
     model_dir = model_dir or os.environ["TFCLUSTER_MODEL_DIR"]
     max_steps = env_max_steps() if max_steps is None else max_steps
     ckpt = checkpoint if checkpoint is not None else tf.train.Checkpoint(model=model)
+    finder = CheckpointFinder(model_dir)
     inputs = {"eval": (eval_dataset_fn, eval_steps)}
     if train_dataset_fn is not None:
         inputs["train"] = (train_dataset_fn, train_steps)
@@ -298,10 +283,9 @@ def evaluate_keras_checkpoints(
             step = checkpoint_step(path, step_key)
             ckpt.restore(path).expect_partial()
         except (tf.errors.NotFoundError, ValueError) as e:
-            raise _gone_or_raise(path, e) from e
+            raise finder.gone_or_raise(path, e) from e
         results = model.evaluate(dataset_fn(), steps=steps, return_dict=True, verbose=0)
         return step, clean_metrics(results)
 
-    return follow_checkpoints(lambda: newest_checkpoint(model_dir), evaluate,
-                              MetricsWriter(model_dir), tuple(inputs), max_steps,
-                              poll_secs, idle_timeout)
+    return follow_checkpoints(finder.newest, evaluate, MetricsWriter(model_dir),
+                              tuple(inputs), max_steps, poll_secs, idle_timeout)

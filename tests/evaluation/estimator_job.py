@@ -131,10 +131,10 @@ def deleted(model_dir: str) -> None:
     import tensorflow as tf
 
     from orchestrator.evaluation import (
+        CheckpointFinder,
         CheckpointGone,
         estimator_evaluate_fn,
         follow_checkpoints,
-        newest_checkpoint,
     )
     from orchestrator.metrics_file import MetricsWriter
 
@@ -142,12 +142,13 @@ def deleted(model_dir: str) -> None:
     state = tf.train.get_checkpoint_state(model_dir)
     # the state file holds absolute paths: name the files of this (copied) model_dir
     old = [os.path.join(model_dir, os.path.basename(p)) for p in state.all_model_checkpoint_paths]
-    final = os.path.join(model_dir, os.path.basename(newest_checkpoint(model_dir)))
+    finder = CheckpointFinder(model_dir)
+    final = finder.newest()
     for name in glob.glob(old[0] + ".data-*"):
         os.remove(name)
     os.remove(old[1] + ".index")
     evaluate = estimator_evaluate_fn(estimator(model_dir),
-                                     {"eval": (input_fn("eval", False), None)})
+                                     {"eval": (input_fn("eval", False), None)}, finder)
     sequence = [old[0], old[1], final]
     outcome = follow_checkpoints(lambda: sequence.pop(0) if len(sequence) > 1 else sequence[0],
                                  evaluate, MetricsWriter(model_dir + "/deleted_test"),
