@@ -97,10 +97,14 @@ def with_id_logging(estimator, config):
 
 
 def run_evaluator(estimator, train_spec, eval_spec) -> None:
-    """The evaluator task: evaluate new checkpoints until the one at max_steps, then export."""
-    import tensorflow as tf
+    """The evaluator task: evaluate every new checkpoint afresh (orchestrator.evaluation) on
+    the eval data and on 10 batches of training data, one line per checkpoint and split in
+    model_dir/tfcluster_metrics.jsonl, until the one at max_steps; then export it."""
+    from orchestrator.evaluation import evaluate_estimator_checkpoints
 
-    tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
+    evaluate_estimator_checkpoints(
+        estimator, eval_spec.input_fn, train_spec.input_fn, eval_steps=eval_spec.steps,
+        train_steps=10, max_steps=train_spec.max_steps, exporters=eval_spec.exporters)
 
 
 def main(argv: list[str] | None = None) -> None:
