@@ -30,6 +30,7 @@ import fsspec
 STATE_FILE = "checkpoint"
 TF2_BASENAME = "ckpt"
 _INDEX_HEAD_BYTES = 64
+STATE_MAX_BYTES = 1 << 20   # the newest name is on the first line; the rest may be cut
 _NAME_RE = re.compile(r"^(?P<base>.+)-(?P<number>\d+)$")
 _STATE_LINE_RE = re.compile(r'^\s*(model_checkpoint_path|all_model_checkpoint_paths)\s*:\s*"(.*)"')
 
@@ -179,7 +180,9 @@ class CheckpointReader:
     def read_state(self) -> str | None:
         """The state file's text; None when there is none yet."""
         try:
-            return self.fs.cat_file(self._path(STATE_FILE)).decode("utf-8", "replace")
+            # a ranged read is one GET on S3 (a plain one is HEAD + GET)
+            text = self.fs.cat_file(self._path(STATE_FILE), start=0, end=STATE_MAX_BYTES)
+            return text.decode("utf-8", "replace")
         except FileNotFoundError:
             return None
 
