@@ -103,3 +103,25 @@ def test_without_the_helpers_every_trainer_reads_every_epoch(tmp_path, example, 
     counts = id_counts(batches)
     assert set(counts) == set(range(EXAMPLES))
     assert set(counts.values()) == {EPOCHS * trainers}      # the multiplied count
+
+
+def test_mwms_auto_sharding_reads_each_example_once_per_epoch(tmp_path):
+    """MultiWorkerMirroredStrategy with AutoShardPolicy.DATA (orchestrator.sharding): each
+    task keeps its part of every global batch; the synchronous step count is the launcher's
+    derived max_steps and the final checkpoint holds it."""
+    spec = {"name": "epochs-mwms", "cluster": {"chief": 1, "worker": 1},
+            "model_dir": str(tmp_path / "model"),
+            "epochs": EPOCHS, "examples": EXAMPLES, "batch_size": BATCH}
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    run_dir = tmp_path / "run"
+    proc = run_launch(str(path), "--quiet", "--run-dir", str(run_dir), "--", PY_TF221,
+                      "examples/mwms/train.py", "--log-ids", timeout=400)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    batches = batches_by_task(run_dir)
+    assert sorted(batches) == ["chief-0", "worker-0"]
+    counts = id_counts(batches)
+    assert set(counts) == set(range(EXAMPLES)) and set(counts.values()) == {EPOCHS}
+    max_steps = json.loads((run_dir / "plan.json").read_text())["max_steps"]
+    assert {len(rows) for rows in batches.values()} == {max_steps}
+    assert final_global_step(PY_TF221, tmp_path / "model") == max_steps
