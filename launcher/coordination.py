@@ -56,8 +56,17 @@ def storage_options(spec) -> dict[str, Any]:
     return options
 
 
+# TF2 scripts save with ``CheckpointManager.save(checkpoint_number=step)`` (as examples/
+# do), so ``ckpt-N`` is read as step N. With a plain ``save()`` N counts saves: the progress
+# line then shows that count, and the job ends when the chief exits (a save count does not
+# reach max_steps).
+TF2_NUMBER_IS_STEP = True
+
+
 def checkpoint_reader(spec) -> CheckpointReader:
-    return CheckpointReader(launcher_model_dir(spec), storage_options(spec))
+    """The reader of model_dir as the launcher sees it."""
+    return CheckpointReader(launcher_model_dir(spec), storage_options(spec),
+                            tf2_number_is_step=TF2_NUMBER_IS_STEP)
 
 
 def task_status(run: TaskRun) -> TaskStatus:
@@ -172,5 +181,5 @@ def coordinator_monitor(spec, plan, console: Console, events: EventLog) -> Coord
 
     coordinator = Coordinator(launcher_model_dir(spec), max_steps=plan.max_steps,
                               poll=spec.timeouts["poll"], stall=spec.timeouts["stall"],
-                              storage_options=storage_options(spec), on_change=on_change)
+                              reader=checkpoint_reader(spec), on_change=on_change)
     return CoordinatorMonitor(coordinator, console, events)
