@@ -16,7 +16,9 @@ In an Estimator script (TF 2.15)::
         evaluate_estimator_checkpoints(estimator, eval_input_fn, train_input_fn=train_input_fn,
                                        eval_steps=None, train_steps=50)
 
-In a TF2 / Keras script (a sidecar evaluator): ``evaluate_keras_checkpoints``.
+In a TF2 script (TF 2.21, a sidecar evaluator): ``evaluate_tf2_checkpoints`` with
+``binary_classifier_metrics`` or your own metrics function, or ``evaluate_keras_checkpoints``
+for a compiled Keras model.
 TensorFlow is imported only inside the functions that need it.
 """
 
@@ -244,6 +246,59 @@ def checkpoint_step(path: str, step_key: str | None = None) -> int:
     return step
 
 
+def evaluate_tf2_checkpoints(
+    checkpoint,
+    metrics_fn: Callable[[str], dict],
+    *,
+    splits: tuple[str, ...] = ("eval",),
+    model_dir: str | None = None,
+    step_key: str | None = None,
+    max_steps: int | None = None,
+    poll_secs: float = DEFAULT_POLL,
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+) -> EvalOutcome:
+    """A sidecar evaluator for TF2 jobs (ParameterServerStrategy, custom loops; TF 2.21).
+
+    ``checkpoint`` is a ``tf.train.Checkpoint`` over the evaluator's own copy of the model's
+    variables, laid out as the trainers save it. For each new checkpoint it is restored
+    (``expect_partial``: optimizer slots may be left out) and ``metrics_fn(split)`` computes
+    the metrics afresh on those weights (``binary_classifier_metrics`` does so for a binary
+    classifier). The step is the one stored in the checkpoint (``step_key``, else the usual
+    step / optimizer-iteration variables), not the save counter of ``ckpt-N``.
+    """
+    import tensorflow as tf
+
+    model_dir = model_dir or os.environ["TFCLUSTER_MODEL_DIR"]
+    max_steps = env_max_steps() if max_steps is None else max_steps
+    finder = CheckpointFinder(model_dir)
+
+    def evaluate(path: str, split: str) -> tuple[int, dict[str, float]]:
+        try:
+            step = checkpoint_step(path, step_key)
+            checkpoint.restore(path).expect_partial()
+        except (tf.errors.NotFoundError, ValueError) as e:
+            raise finder.gone_or_raise(path, e) from e
+        return step, clean_metrics(metrics_fn(split))
+
+    return follow_checkpoints(finder.newest, evaluate, MetricsWriter(model_dir), splits,
+                              max_steps, poll_secs, idle_timeout)
+
+
+def binary_classifier_metrics(probability_fn: Callable, dataset) -> dict[str, float]:
+    """AUC (exact, rank-based), accuracy and log loss of a binary classifier over a dataset
+    of ``(features, labels)`` batches: collected from scratch on every call, so no state
+    carries over from one checkpoint to the next (orchestrator.binary_metrics)."""
+    from orchestrator.binary_metrics import binary_metrics
+
+    labels: list[int] = []
+    scores: list[float] = []
+    for features, batch_labels in dataset:
+        labels += [int(y) for y in batch_labels.numpy().reshape(-1)]
+        scores += [float(p) for p in probability_fn(features).numpy().reshape(-1)]
+    result = binary_metrics(labels, scores)
+    return {"auc": result.auc, "accuracy": result.accuracy, "log_loss": result.log_loss}
+
+
 def evaluate_keras_checkpoints(
     model,
     eval_dataset_fn: Callable,
@@ -258,34 +313,22 @@ def evaluate_keras_checkpoints(
     poll_secs: float = DEFAULT_POLL,
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
 ) -> EvalOutcome:
-    """A sidecar evaluator for TF2 jobs (ParameterServerStrategy, TF 2.21).
-
-    ``model`` is a compiled Keras model (loss and metrics) built like the trainers' model;
-    ``checkpoint`` the ``tf.train.Checkpoint`` the trainers save (default:
-    ``tf.train.Checkpoint(model=model)``). For each new checkpoint the weights are restored
-    and ``model.evaluate`` runs on a fresh dataset from ``eval_dataset_fn()``; it resets the
-    metrics first, so each line holds the checkpoint's own values. The step is read from the
-    checkpoint (``step_key``, else the usual step / optimizer iteration variables).
+    """``evaluate_tf2_checkpoints`` for a compiled Keras model (loss and metrics), like
+    Keras' SidecarEvaluator: ``model.evaluate`` resets the metrics before it runs, so each
+    line holds the checkpoint's own values. ``checkpoint`` defaults to
+    ``tf.train.Checkpoint(model=model)``; the datasets are made afresh for each checkpoint.
     """
     import tensorflow as tf
 
-    model_dir = model_dir or os.environ["TFCLUSTER_MODEL_DIR"]
-    max_steps = env_max_steps() if max_steps is None else max_steps
-    ckpt = checkpoint if checkpoint is not None else tf.train.Checkpoint(model=model)
-    finder = CheckpointFinder(model_dir)
     inputs = {"eval": (eval_dataset_fn, eval_steps)}
     if train_dataset_fn is not None:
         inputs["train"] = (train_dataset_fn, train_steps)
 
-    def evaluate(path: str, split: str) -> tuple[int, dict[str, float]]:
+    def metrics_fn(split: str) -> dict:
         dataset_fn, steps = inputs[split]
-        try:
-            step = checkpoint_step(path, step_key)
-            ckpt.restore(path).expect_partial()
-        except (tf.errors.NotFoundError, ValueError) as e:
-            raise finder.gone_or_raise(path, e) from e
-        results = model.evaluate(dataset_fn(), steps=steps, return_dict=True, verbose=0)
-        return step, clean_metrics(results)
+        return model.evaluate(dataset_fn(), steps=steps, return_dict=True, verbose=0)
 
-    return follow_checkpoints(finder.newest, evaluate, MetricsWriter(model_dir),
-                              tuple(inputs), max_steps, poll_secs, idle_timeout)
+    ckpt = checkpoint if checkpoint is not None else tf.train.Checkpoint(model=model)
+    return evaluate_tf2_checkpoints(ckpt, metrics_fn, splits=tuple(inputs), model_dir=model_dir,
+                                    step_key=step_key, max_steps=max_steps,
+                                    poll_secs=poll_secs, idle_timeout=idle_timeout)
