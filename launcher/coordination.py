@@ -10,8 +10,8 @@ and ends the job:
   the trainers end on their own for ``timeouts.finish`` (and the evaluator for
   ``timeouts.evaluator``) and stops what keeps going (trainers whose input repeats, ps);
 - ``fail`` when a ps died while trainers run (naming it, so a restart policy can act), or
-  when no new step or checkpoint came for ``timeouts.stall`` seconds (naming the silent
-  tasks).
+  when no new step or checkpoint came for ``timeouts.stall`` seconds (``timeouts.start`` +
+  ``timeouts.stall`` before the first checkpoint), naming the silent tasks.
 """
 
 from __future__ import annotations
@@ -181,5 +181,6 @@ def coordinator_monitor(spec, plan, console: Console, events: EventLog) -> Coord
 
     coordinator = Coordinator(launcher_model_dir(spec), max_steps=plan.max_steps,
                               poll=spec.timeouts["poll"], stall=spec.timeouts["stall"],
-                              reader=checkpoint_reader(spec), on_change=on_change)
+                              startup=spec.timeouts["start"], reader=checkpoint_reader(spec),
+                              on_change=on_change)
     return CoordinatorMonitor(coordinator, console, events)

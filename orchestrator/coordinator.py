@@ -9,7 +9,9 @@ and the tasks' liveness (given by whoever runs the tasks) into a ``Verdict``:
 
 - ``finish`` when the newest complete checkpoint reached max_steps;
 - ``fail`` when a ps died while trainers still run (they would hang for ever), or when
-  nothing moved for ``stall`` seconds; the reason names the dead or silent tasks.
+  nothing moved for ``stall`` seconds (``startup`` + ``stall`` before the first checkpoint
+  is named: starting TensorFlow takes its time); the reason names the dead or silent
+  tasks.
 
 Nothing here blocks the caller: ``judge`` and ``progress`` read the last snapshot. A restart
 policy can use ``newest_complete()`` (the checkpoint a restarted job resumes from).
@@ -64,6 +66,7 @@ class Progress:
     last_activity: float = 0.0       # monotonic time of the last sign of training
     last_activity_what: str = "the coordinator started"
     latest_eval: dict[str, Any] | None = None
+    named: str | None = None         # newest checkpoint the state file names
     incomplete: dict[str, list[str]] = field(default_factory=dict)  # name -> missing files
     polls: int = 0
     poll_errors: int = 0
@@ -86,13 +89,14 @@ class Coordinator:
                  stall: float = 300.0, storage_options: dict[str, Any] | None = None,
                  reader: CheckpointReader | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 tf2_number_is_step: bool = False,
+                 tf2_number_is_step: bool = False, startup: float = 0.0,
                  on_change: Callable[[str, dict[str, Any]], None] | None = None):
         self.reader = reader or CheckpointReader(model_dir, storage_options,
                                                  tf2_number_is_step=tf2_number_is_step)
         self.fs = self.reader.fs
         self.poll_interval = poll
         self.stall = stall
+        self.startup = startup
         self.clock = clock
         self.on_change = on_change
         self._progress = Progress(max_steps=max_steps, last_activity=clock())
@@ -155,7 +159,8 @@ class Coordinator:
         if scan.state_text != self._state_text:
             self._state_text = scan.state_text
             if scan.named is not None:
-                p = replace(p, last_activity=now, last_activity_what=f"{scan.named} was named")
+                p = replace(p, last_activity=now, last_activity_what=f"{scan.named} was named",
+                            named=scan.named)
         # The .meta comes after the state file (Saver.save), so a missing .meta alone is a
         # save in progress; a missing index or data shard after it was named is not.
         broken = {n: f for n, f in scan.missing.items()
@@ -267,12 +272,16 @@ class Coordinator:
                                    f"{_names(trainers)} cannot train without it "
                                    f"({self._where(p)})", names)
         idle = self.clock() - p.last_activity
-        if idle >= self.stall:
-            names = tuple(t.name for t in trainers)
+        limit = self.stall if p.named is not None else self.stall + self.startup
+        if idle >= limit:
+            silent = trainers + [t for t in tasks if t.type == "ps" and t.alive]
+            names = tuple(t.name for t in silent)
+            allowed = f"timeouts.stall = {self.stall:g}s" if p.named is not None else \
+                f"before the first checkpoint: timeouts.start + timeouts.stall = {limit:g}s"
             reason = (f"training stalled: no new step or checkpoint for {idle:.0f}s "
-                      f"(timeouts.stall = {self.stall:g}s; last sign: "
+                      f"({allowed}; last sign: "
                       f"{p.last_activity_what}; {self._where(p)}); silent tasks still "
-                      f"running: {_names(trainers)}")
+                      f"running: {_names(silent)}")
             hint = self._incomplete_hint(p, tasks)
             return Verdict("fail", reason + (f"; {hint}" if hint else ""), names)
         return None

@@ -90,7 +90,7 @@ def test_stall_names_the_silent_tasks_and_a_missing_shard(storage):
     coord.poll_once()
     verdict = coord.judge(cluster() + [TaskStatus("ps:1", "ps")])
     assert verdict.action == "fail"
-    assert verdict.tasks == ("chief:0", "worker:0")
+    assert verdict.tasks == ("chief:0", "worker:0", "ps:0", "ps:1")
     assert "training stalled" in verdict.reason and "model.ckpt-100" in verdict.reason
     assert "model.ckpt-200.data-00001-of-00002 (written by ps:1" in verdict.reason
 
@@ -156,3 +156,28 @@ def test_thread_polls_until_stopped(tmp_path):
     finally:
         coord.stop()
     assert not coord._thread.is_alive()
+
+
+def test_starting_tensorflow_gets_the_startup_time_on_top(storage):
+    url, fs, _ = storage
+    clock = Clock()
+    coord = coordinator(storage, clock, max_steps=1000, stall=30, startup=60)
+    coord.poll_once()
+    clock.now += 89
+    coord.poll_once()
+    assert coord.judge(cluster()) is None            # no checkpoint yet: 30 + 60 allowed
+    FakeTrainer(fs, url).save(0)
+    coord.poll_once()
+    clock.now += 29
+    coord.poll_once()
+    assert coord.judge(cluster()) is None
+    clock.now += 2
+    coord.poll_once()
+    verdict = coord.judge(cluster())
+    assert verdict.action == "fail" and "timeouts.stall = 30s" in verdict.reason
+    quiet = coordinator((url + "-empty", fs, storage[2]), clock, max_steps=1000, stall=30,
+                        startup=60)
+    quiet.poll_once()
+    clock.now += 91
+    quiet.poll_once()
+    assert "timeouts.start + timeouts.stall = 90s" in quiet.judge(cluster()).reason

@@ -88,3 +88,34 @@ def test_killed_ps_ends_the_job_naming_it(tmp_path):
     assert "ps:0" in stderr and "SIGKILL" in stderr
     ended = [e for e in events_of(tmp_path) if e["event"] == "job_ended"]
     assert ended and "ps:0" in ended[0]["reason"]
+
+
+def test_a_hung_ps_is_caught_as_a_stall_naming_the_silent_tasks(tmp_path):
+    """A ps that stops answering without exiting (SIGSTOP: a hung host) leaves the chief
+    waiting for ever; the coordinator ends the job after timeouts.stall."""
+    spec = write_spec(tmp_path, cluster={"chief": 1, "ps": 1}, max_steps=10_000_000,
+                      timeouts={"poll": 0.5, "finish": 5, "stall": 15, "kill": 2,
+                                "start": 200})
+    proc = subprocess.Popen(launch_cmd(str(spec), "--quiet"), cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 240
+        while newest_complete(str(tmp_path / "model")) is None:
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "no checkpoint within 240s"
+            time.sleep(0.5)
+        (ps,) = [e for e in events_of(tmp_path)
+                 if e["event"] == "task_started" and e["task"] == "ps:0"]
+        os.kill(ps["pid"], signal.SIGSTOP)
+        _, stderr = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.communicate(timeout=60)
+    assert proc.returncode == 1, stderr[-3000:]
+    assert "training stalled" in stderr and "(timeouts.stall = 15s" in stderr
+    assert "newest complete checkpoint model.ckpt-" in stderr
+    assert "silent tasks still running: chief:0, ps:0" in stderr
+    (decision,) = [e for e in events_of(tmp_path) if e["event"] == "coordinator"]
+    assert decision["action"] == "fail" and decision["tasks"] == ["chief:0", "ps:0"]
