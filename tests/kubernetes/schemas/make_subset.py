@@ -1,0 +1,72 @@
+"""Rebuild the schema subsets in this folder (see README.md for the sources).
+
+    python make_subset.py K8S_DEFINITIONS_JSON TFJOB_CRD_YAML
+
+K8S_DEFINITIONS_JSON: v1.30.0-local-strict/_definitions.json of kubernetes-validate 1.37.0
+TFJOB_CRD_YAML: manifests/base/crds/kubeflow.org_tfjobs.yaml of kubeflow/training-operator v1.9.0
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).parent
+ROOTS = {"Job": "io.k8s.api.batch.v1.Job", "Service": "io.k8s.api.core.v1.Service"}
+PREFIX = "/api/_definitions.json#/$defs/"
+
+
+def strip(node):
+    """Drop descriptions (most of the size); rewrite refs to this file's $defs."""
+    if isinstance(node, dict):
+        out = {}
+        for k, v in node.items():
+            if k == "description" and isinstance(v, str):
+                continue
+            if k == "$ref" and isinstance(v, str) and v.startswith(PREFIX):
+                v = "#/$defs/" + v[len(PREFIX):]
+            out[k] = strip(v)
+        return out
+    if isinstance(node, list):
+        return [strip(v) for v in node]
+    return node
+
+
+def refs(node):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k == "$ref" and isinstance(v, str):
+                yield v.split("/")[-1]
+            else:
+                yield from refs(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from refs(v)
+
+
+def main(definitions: str, crd: str) -> None:
+    defs = json.loads(Path(definitions).read_text())["$defs"]
+    keep, todo = {}, list(ROOTS.values())
+    while todo:
+        name = todo.pop()
+        if name in keep:
+            continue
+        keep[name] = strip(defs[name])
+        todo.extend(refs(keep[name]))
+    doc = {"$schema": "https://json-schema.org/draft/2020-12/schema",
+           "$comment": "Subset of the Kubernetes v1.30.0 API definitions (strict: no unknown "
+                       "fields); see README.md",
+           "$defs": dict(sorted(keep.items())),
+           "roots": {kind: {"$ref": f"#/$defs/{name}"} for kind, name in ROOTS.items()}}
+    compact = {"separators": (",", ":")}
+    (HERE / "k8s-v1.30.0-strict-subset.json").write_text(json.dumps(doc, **compact) + "\n")
+    crd_doc = yaml.safe_load(Path(crd).read_text())
+    version = next(v for v in crd_doc["spec"]["versions"] if v["name"] == "v1")
+    schema = strip(version["schema"]["openAPIV3Schema"])
+    (HERE / "tfjob-v1-crd-training-operator-v1.9.0.json").write_text(
+        json.dumps(schema, **compact) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
