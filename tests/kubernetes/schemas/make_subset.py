@@ -1,9 +1,10 @@
 """Rebuild the schema subsets in this folder (see README.md for the sources).
 
-    python make_subset.py K8S_DEFINITIONS_JSON TFJOB_CRD_YAML
+    python make_subset.py K8S_DEFINITIONS_JSON TFJOB_CRD_YAML [COMPOSE_SPEC_JSON]
 
 K8S_DEFINITIONS_JSON: v1.30.0-local-strict/_definitions.json of kubernetes-validate 1.37.0
 TFJOB_CRD_YAML: manifests/base/crds/kubeflow.org_tfjobs.yaml of kubeflow/training-operator v1.9.0
+COMPOSE_SPEC_JSON: schema/compose-spec.json of compose-spec/compose-spec (commit in README.md)
 """
 
 import json
@@ -45,7 +46,7 @@ def refs(node):
             yield from refs(v)
 
 
-def main(definitions: str, crd: str) -> None:
+def main(definitions: str, crd: str, compose: str | None = None) -> None:
     defs = json.loads(Path(definitions).read_text())["$defs"]
     keep, todo = {}, list(ROOTS.values())
     while todo:
@@ -66,7 +67,10 @@ def main(definitions: str, crd: str) -> None:
     schema = strip(version["schema"]["openAPIV3Schema"])
     (HERE / "tfjob-v1-crd-training-operator-v1.9.0.json").write_text(
         json.dumps(schema, **compact) + "\n")
+    if compose:
+        schema = strip(json.loads(Path(compose).read_text()))
+        (HERE / "compose-spec.json").write_text(json.dumps(schema, **compact) + "\n")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(*sys.argv[1:4])
