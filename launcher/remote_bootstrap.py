@@ -5,8 +5,10 @@ Plain standard library, Python 3.6+; no shell ever sees the task's arguments or 
 The ssh backend runs ``PYTHON -c STUB`` (``STUB`` below) and writes to its stdin:
 
 1. this file's source, as one JSON string (the stub reads it and runs it);
-2. one JSON launch description: ``{"nonce", "argv", "env", "cwd", "grace"}`` to run a task,
-   or ``{"nonce", "check": [...]}`` to check programs and directories (preflight);
+2. JSON messages, one a line: ``{"nonce", "check": [...]}`` checks programs and working
+   directories (preflight) and ``{"nonce", "probe": {"argv", "env", "cwd", "timeout"}}``
+   runs a short command; each is answered by one JSON line on stdout. Then
+   ``{"nonce", "argv", "env", "cwd", "grace"}`` runs the task, the last message;
 3. then control lines, each a signal number for the task's process group.
 
 End of stdin (the launcher closed it, died, or the connection dropped) terminates the group,
@@ -82,7 +84,7 @@ def find_program(program, cwd, path):
     return shutil.which(program, path=path)
 
 
-def check(items):
+def check(nonce, items):
     """Preflight: every task's working directory and program, as one JSON line."""
     problems = []
     for item in items:
@@ -93,7 +95,33 @@ def check(items):
         path = item.get("path") or os.environ.get("PATH", os.defpath)
         if find_program(program, cwd, path) is None:
             problems.append(f"{item['task']}: program {program} not found or not executable")
-    print(json.dumps({"host": socket.gethostname(), "problems": problems}))
+    print(json.dumps({"nonce": nonce, "host": socket.gethostname(), "problems": problems}))
+    sys.stdout.flush()
+
+
+def probe(nonce, desc):
+    """Run a short command to its end (or its timeout); answer with its status and output."""
+    env = dict(os.environ)
+    env.update(desc.get("env") or {})
+    timeout = desc.get("timeout", 60)
+    try:
+        child = subprocess.Popen(desc["argv"], env=env, cwd=desc.get("cwd") or None,
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, start_new_session=True)
+    except OSError as e:
+        status, output = (127 if isinstance(e, FileNotFoundError) else 126), str(e)
+    else:
+        try:
+            output = child.communicate(timeout=timeout)[0].decode("utf-8", "replace")
+            status = child.returncode
+        except subprocess.TimeoutExpired:
+            killpg(child.pid, signal.SIGKILL)
+            child.communicate()
+            status, output = 124, f"timed out after {timeout:.0f}s"
+        killpg(child.pid, signal.SIGKILL)
+    answer = {"nonce": nonce, "probe": {"status": status, "output": output[-65536:]}}
+    print(json.dumps(answer))
+    sys.stdout.flush()
 
 
 def run(desc):
@@ -125,11 +153,17 @@ def run(desc):
 
 
 def main():
-    desc = json.loads(sys.stdin.readline())
-    if "check" in desc:
-        check(desc["check"])
-        return 0
-    return run(desc)
+    while True:
+        line = sys.stdin.readline()
+        if not line.strip():
+            return 0      # the launcher ran no task here
+        desc = json.loads(line)
+        if "check" in desc:
+            check(desc["nonce"], desc["check"])
+        elif "probe" in desc:
+            probe(desc["nonce"], desc["probe"])
+        else:
+            return run(desc)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -39,6 +39,7 @@ from launcher.spec import (
     expect_number,
     expect_str,
 )
+from launcher.storage_check import probe_python
 from launcher.tf_config import JobPlan, TaskPlan
 
 OPTION_KEYS = ("user", "port", "identity_file", "known_hosts_file", "strict_host_key_checking",
@@ -67,7 +68,7 @@ class SSHOptions:
     connect_timeout: float = 10.0
     config_file: str | None = None
     options: dict[str, str] = field(default_factory=dict)
-    python: str = "python3"
+    python: str | None = None     # the bootstrap's interpreter; None: the task's own Python
     multiplex: bool = True
 
 
@@ -128,13 +129,9 @@ def _ssh_path(path: str) -> str:
 
 
 def remote_command(python: str) -> str:
-    """What the remote shell runs: the bootstrap stub. Nothing of the task is in it."""
-    return f"exec {shlex.quote(python)} -c {shlex.quote(remote_bootstrap.STUB)}"
-
-
-def launch_lines(desc: dict) -> bytes:
-    """stdin for the bootstrap: its source, then the launch description, one line each."""
-    return (json.dumps(BOOTSTRAP_SOURCE) + "\n" + json.dumps(desc) + "\n").encode()
+    """What the remote shell runs: the bootstrap stub (isolated, no site-packages: it needs
+    only the standard library). Nothing of the task is in it."""
+    return f"exec {shlex.quote(python)} -I -S -c {shlex.quote(remote_bootstrap.STUB)}"
 
 
 def explain_ssh_error(text: str, options: SSHOptions) -> str:
@@ -175,14 +172,21 @@ class _Master:
 
 
 class SSHHandle(TaskHandle):
-    """A task started through ``ssh``: its output, its exit status, signals by control line."""
+    """One bootstrap on a host, through ``ssh``: checks and probes (each answered by one JSON
+    line), then one task: its output, its exit status, and signals by control line.
 
-    def __init__(self, task: TaskPlan, argv: list[str], desc: dict):
-        self.task = task
-        self.nonce = desc["nonce"].encode()
+    A host's preflight session stays open, runs the storage probes of the tasks there, then
+    the first task started there: one remote shell per host, however many steps."""
+
+    def __init__(self, host: str, argv: list[str]):
+        self.host = host
+        self.task = None  # type: ignore[assignment]
+        self.nonce = secrets.token_hex(8)
         self.remote_pid: int | None = None
         self._exit: int | None = None
-        self._lock = threading.Lock()
+        self.timed_out = False               # a question got no answer in time
+        self._lock = threading.Lock()        # stdin
+        self._asking = threading.Lock()      # one question at a time
         read_end, self._write_end = os.pipe()
         try:
             self.proc = subprocess.Popen(
@@ -193,10 +197,49 @@ class SSHHandle(TaskHandle):
             os.close(self._write_end)
             raise
         self.output = os.fdopen(read_end, "rb")
-        self._relay = threading.Thread(target=self._read_status, name=f"ssh-{task.name}",
+        self._relay = threading.Thread(target=self._read_status, name=f"ssh-{host}",
                                        daemon=True)
         self._relay.start()
-        self._send(launch_lines(desc))
+        self._send((json.dumps(BOOTSTRAP_SOURCE) + "\n").encode())
+
+    def _message(self, message: dict) -> bool:
+        return self._send((json.dumps(dict(message, nonce=self.nonce)) + "\n").encode())
+
+    def run(self, task: TaskPlan, desc: dict) -> SSHHandle:
+        """Run ``task`` in this session (its last message)."""
+        with self._asking:
+            self.task = task
+            self._message(desc)
+        return self
+
+    def ask(self, message: dict, timeout: float) -> tuple[dict | None, list[str]]:
+        """Send a check or probe; its answer (None when none came in ``timeout`` s: then the
+        session is killed) and the other lines seen meanwhile (ssh's errors)."""
+        with self._asking:
+            found: list = [None, []]
+            reader = threading.Thread(target=self._read_answer, args=(found,), daemon=True)
+            self._message(message)
+            reader.start()
+            reader.join(timeout)
+            if reader.is_alive():
+                self.timed_out = True
+                self.proc.kill()
+                reader.join(5)
+                return None, found[1]
+            return found[0], found[1]
+
+    def _read_answer(self, found: list) -> None:
+        for raw in iter(self.output.readline, b""):
+            line = raw.decode(errors="replace").rstrip("\r\n")
+            if line.startswith("{"):
+                try:
+                    answer = json.loads(line)
+                except ValueError:
+                    answer = None
+                if isinstance(answer, dict) and answer.get("nonce") == self.nonce:
+                    found[0] = answer
+                    return
+            found[1].append(line)
 
     def _send(self, data: bytes) -> bool:
         with self._lock:
@@ -209,7 +252,7 @@ class SSHHandle(TaskHandle):
 
     def _read_status(self) -> None:
         """ssh's stderr: the bootstrap's status lines; anything else joins the output."""
-        prefix = self.nonce + b" "
+        prefix = self.nonce.encode() + b" "
         try:
             for line in iter(self.proc.stderr.readline, b""):
                 if line.startswith(prefix):
@@ -249,7 +292,8 @@ class SSHHandle(TaskHandle):
             timer.start()
 
     def close_stdin(self) -> None:
-        """End of stdin: the bootstrap ends the task's group (SIGTERM, then SIGKILL)."""
+        """End of stdin: the bootstrap ends the task's group (SIGTERM, then SIGKILL), or
+        exits when it runs none."""
         with self._lock:
             try:
                 self.proc.stdin.close()
@@ -259,6 +303,17 @@ class SSHHandle(TaskHandle):
     def _kill_local(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
+
+    def discard(self, timeout: float = 5.0) -> None:
+        """End a session that will run nothing (more): close it and wait for ssh."""
+        self.close_stdin()
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._relay.join(timeout=5)
+        self.output.close()
 
     @property
     def pid(self) -> int | None:
@@ -277,7 +332,8 @@ class SSHBackend(Backend):
         self._random = random.SystemRandom()
         self._control_dir: str | None = None
         self._masters: dict[str, _Master] = {}
-        self._sessions: dict[str, list[SSHHandle]] = {}
+        self._sessions: dict[str, list[SSHHandle]] = {}   # live sessions through a master
+        self._idle: dict[str, SSHHandle] = {}             # checked, waiting for a task
         self._lock = threading.Lock()
 
     @classmethod
@@ -340,7 +396,8 @@ class SSHBackend(Backend):
 
     def preflight(self, plan: JobPlan) -> None:
         """Every host in parallel: connect (opening its master connection), then check each
-        task's working directory and program there. One error names every failed host."""
+        task's working directory and program there. One error names every failed host. The
+        check sessions stay open: each then runs the first task started on its host."""
         self._check_local_files()
         hosts: dict[str, list[TaskPlan]] = {}
         for task in plan.tasks:
@@ -348,14 +405,21 @@ class SSHBackend(Backend):
         deadline = time.monotonic() + max(self.spec.timeouts.get("start", 60.0),
                                           self.options.connect_timeout + 5)
         failures: dict[str, str] = {}
-        if self.options.multiplex:
-            failures.update(self._open_masters(list(hosts), deadline))
-        checks = {h: self._spawn_check(h, tasks) for h, tasks in hosts.items()
-                  if h not in failures}
-        with ThreadPoolExecutor(max_workers=max(1, len(checks))) as pool:
-            outcomes = dict(zip(checks, pool.map(
-                lambda item: self._finish_check(item[0], item[1], deadline), checks.items())))
-        failures.update({h: why for h, why in outcomes.items() if why})
+        if self.options.multiplex:    # a master where more than one session will be needed
+            failures.update(self._open_masters([h for h, ts in hosts.items() if len(ts) > 1],
+                                               deadline))
+        sessions = {h: self._session(tasks[0]) for h, tasks in hosts.items()
+                    if h not in failures}
+        if sessions:
+            with ThreadPoolExecutor(max_workers=len(sessions)) as pool:
+                outcomes = pool.map(lambda h: self._check(sessions[h], hosts[h], deadline),
+                                    list(sessions))
+                failures.update({h: why for h, why in zip(sessions, outcomes) if why})
+        for host, session in sessions.items():
+            if host in failures:
+                session.discard()
+            else:
+                self._idle[host] = session
         if failures:
             self.close()
             lines = [f"  {host} ({', '.join(t.name for t in hosts[host])}): {why}"
@@ -399,84 +463,89 @@ class SSHBackend(Backend):
             self._stop_master(host)
         return failures
 
-    def _spawn_check(self, host: str, tasks: list[TaskPlan]) -> subprocess.Popen:
+    def _python(self, task: TaskPlan) -> str:
+        """The bootstrap's interpreter: ssh.python, else the task's own Python (no PATH
+        lookup through shims: it is checked before anything starts), else python3."""
+        return self.options.python or probe_python(task.command)
+
+    def _check(self, session: SSHHandle, tasks: list[TaskPlan], deadline: float) -> str | None:
+        """Why the host failed its check, or None."""
         items = [{"task": t.name, "program": t.command[0], "cwd": t.cwd,
                   "path": t.env.get("PATH")} for t in tasks]
-        desc = {"nonce": secrets.token_hex(8), "check": items}
-        mux = host in self._masters and self._masters[host].ready
-        proc = subprocess.Popen(self.ssh_argv(host, remote_command(self.options.python), mux=mux),
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True,
-                                preexec_fn=_die_with_parent)
-        proc.launch = launch_lines(desc)  # type: ignore[attr-defined]
-        return proc
-
-    def _finish_check(self, host: str, proc: subprocess.Popen, deadline: float) -> str | None:
-        """Why ``host`` failed its check, or None."""
-        try:
-            out, err = proc.communicate(proc.launch,  # type: ignore[attr-defined]
-                                        timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
+        answer, other = session.ask({"check": items}, max(1.0, deadline - time.monotonic()))
+        if answer is not None:
+            return "; ".join(answer["problems"]) or None
+        if session.timed_out:
             return "no answer to the check in time"
-        text = err.decode(errors="replace")
-        if proc.returncode == 255:
-            return explain_ssh_error(text, self.options)
-        if proc.returncode == 127 and "not found" in text:
-            return (f"the interpreter {self.options.python!r} (ssh.python) is not on this "
-                    f"host's PATH; Python 3 is needed there to start the tasks")
+        session.close_stdin()
         try:
-            result = json.loads(out.decode(errors="replace").strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            lines = [ln for ln in text.splitlines() if ln.strip()]
-            return (f"the check did not run (exit status {proc.returncode}): "
-                    f"{lines[-1] if lines else 'no output'}")
-        return "; ".join(result["problems"]) or None
+            status = session.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            session.proc.kill()
+            status = session.proc.wait()
+        if status == 255:
+            return explain_ssh_error("\n".join(other), self.options)
+        if status in (126, 127):
+            source = "ssh.python" if self.options.python else "the task's Python"
+            return (f"{self._python(tasks[0])} ({source}) cannot run on this host (exit "
+                    f"status {status}): Python 3 is needed there to start the tasks")
+        lines = [ln for ln in other if ln.strip()]
+        return (f"the check did not run (exit status {status}): "
+                f"{lines[-1] if lines else 'no output'}")
 
     def _description(self, task: TaskPlan, argv: list[str]) -> dict:
-        return {"nonce": secrets.token_hex(8), "argv": argv, "env": task.env, "cwd": task.cwd,
+        return {"argv": argv, "env": task.env, "cwd": task.cwd,
                 "grace": self.spec.timeouts.get("kill", 5.0)}
 
-    def _open(self, task: TaskPlan) -> SSHHandle:
-        """Start ``task`` through its host's master while that has sessions to spare."""
+    def _mux_slot(self, host: str) -> bool:
+        """Whether a new session on ``host`` can go through its master (call with the lock)."""
+        master = self._masters.get(host)
+        live = [h for h in self._sessions.get(host, []) if h.proc.poll() is None]
+        self._sessions[host] = live
+        return master is not None and master.ready and len(live) < MUX_SESSIONS
+
+    def _session(self, task: TaskPlan) -> SSHHandle:
+        """A new bootstrap on ``task``'s host, with the task's Python, through the host's
+        master while that has sessions to spare."""
         with self._lock:
-            master = self._masters.get(task.host)
-            live = [h for h in self._sessions.get(task.host, []) if h.proc.poll() is None]
-            mux = master is not None and master.ready and len(live) < MUX_SESSIONS
-            argv = self.ssh_argv(task.host, remote_command(self.options.python), mux=mux)
-            handle = SSHHandle(task, argv, self._description(task, task.command))
-            self._sessions[task.host] = live + [handle] if mux else live
-            return handle
+            mux = self._mux_slot(task.host)
+            argv = self.ssh_argv(task.host, remote_command(self._python(task)), mux=mux)
+            session = SSHHandle(task.host, argv)
+            if mux:
+                self._sessions[task.host].append(session)
+            return session
 
     def start(self, task: TaskPlan) -> SSHHandle:
-        return self._open(task)
+        """In the host's preflight session when it is still free, else in a new one."""
+        with self._lock:
+            idle = self._idle.pop(task.host, None)
+        if idle is not None and idle.proc.poll() is not None:
+            idle.discard()
+            idle = None
+        return (idle or self._session(task)).run(task, self._description(task, task.command))
 
     def probe(self, task: TaskPlan, argv: list[str], timeout: float) -> ProbeResult:
-        handle = self._open(replace(task, command=list(argv)))
-        chunks: list[bytes] = []
-        reader = threading.Thread(target=lambda: chunks.extend(iter(handle.output.readline,
-                                                                    b"")), daemon=True)
-        reader.start()
-        deadline = time.monotonic() + timeout
-        while handle.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.01)
-        status = handle.poll()
-        if status is None:
-            handle.kill()
-            handle.proc.wait()
-            reader.join(timeout=2)
-            handle.output.close()
-            return ProbeResult(124, f"timed out after {timeout:.0f}s")
-        handle.close_stdin()
-        reader.join(timeout=5)
-        handle.output.close()
-        return ProbeResult(status, b"".join(chunks).decode(errors="replace"))
+        """In the host's preflight session (no new remote shell), else in a new session."""
+        with self._lock:
+            session = self._idle.get(task.host)
+        own = session is None or session.proc.poll() is not None
+        if own:
+            session = self._session(task)
+        message = {"probe": {"argv": list(argv), "env": task.env, "cwd": task.cwd,
+                             "timeout": timeout}}
+        answer, other = session.ask(message, timeout + self.options.connect_timeout + 10)
+        if own:
+            session.discard()
+        if answer is None:
+            return ProbeResult(124 if session.timed_out else 255,
+                               "\n".join(other) or f"no answer within {timeout:.0f}s")
+        return ProbeResult(answer["probe"]["status"], answer["probe"]["output"])
 
     def describe(self, plan: JobPlan) -> str | None:
         hosts = list(dict.fromkeys(t.host for t in plan.tasks))
         lines = ["# ssh: each task starts as (argv, env and cwd go as JSON on stdin):"]
-        lines += [f"#   {shlex.join(self.ssh_argv(h, remote_command(self.options.python)))}"
+        first = {t.host: t for t in reversed(plan.tasks)}
+        lines += [f"#   {shlex.join(self.ssh_argv(h, remote_command(self._python(first[h]))))}"
                   for h in hosts]
         return "\n".join(lines)
 
@@ -494,6 +563,8 @@ class SSHBackend(Backend):
         master.log.close()
 
     def close(self) -> None:
+        while self._idle:
+            self._idle.popitem()[1].discard()
         for host in list(self._masters):
             self._stop_master(host)
         if self._control_dir is not None:

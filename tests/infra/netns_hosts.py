@@ -209,9 +209,12 @@ def _free_subnet() -> ipaddress.IPv4Network:
 
 
 def start_hosts(workdir: str | os.PathLike, count: int = 3,
-                private: dict[int, str] | None = None, timeout: float = 30.0) -> NetnsHosts:
+                private: dict[int, str] | None = None, timeout: float = 30.0,
+                plain_shell: bool = False) -> NetnsHosts:
     """``count`` hosts h1..hN; ``private`` maps a host number to a directory that gets its own
-    empty tmpfs in that host (a host that does not see the shared files there)."""
+    empty tmpfs in that host (a host that does not see the shared files there).
+    ``plain_shell``: root's ~/.bashrc is empty in the hosts, as on a fresh server (this
+    machine's runs pyenv init, ~0.15 s of CPU for every remote command)."""
     if count > 200:
         raise ValueError("at most 200 hosts in one /24")
     sweep_stale()
@@ -230,7 +233,7 @@ def start_hosts(workdir: str | os.PathLike, count: int = 3,
         _run("ip", "link", "set", bed.bridge, "up")
         Path("/run/sshd").mkdir(exist_ok=True)   # sshd's privilege separation directory
         for i in range(1, count + 1):
-            bed.hosts.append(_add_host(bed, i, (private or {}).get(i)))
+            bed.hosts.append(_add_host(bed, i, (private or {}).get(i), plain_shell))
         known = [f"{h.address} {h.hostkey_pub}" for h in bed.hosts]
         bed.known_hosts.write_text("\n".join(known) + "\n")
         deadline = time.monotonic() + timeout
@@ -242,7 +245,7 @@ def start_hosts(workdir: str | os.PathLike, count: int = 3,
     return bed
 
 
-def _add_host(bed: NetnsHosts, i: int, private_dir: str | None) -> Host:
+def _add_host(bed: NetnsHosts, i: int, private_dir: str | None, plain_shell: bool) -> Host:
     name = f"h{i}"
     netns = f"{PREFIX}-{os.getpid()}-{bed.token}-{name}"
     veth = f"tfv{bed.token}{name}"
@@ -265,12 +268,18 @@ def _add_host(bed: NetnsHosts, i: int, private_dir: str | None) -> Host:
     # empty tmpfs over it: the host's tasks (children of this sshd) see that, not the files.
     script = 'hostname "$1"; '
     unshare = ["unshare", "--uts"]
-    if private_dir:
+    bashrc = Path(os.path.expanduser("~root")) / ".bashrc"
+    if private_dir or plain_shell:
         unshare.append("--mount")
+    if private_dir:
         script += 'mount -t tmpfs tfcluster-private "$2" || exit 1; '
+    if plain_shell and bashrc.exists():
+        (bed.workdir / "empty_bashrc").write_text("")
+        script += 'mount --bind "$5" "$6" || exit 1; '
     script += f'exec {SSHD} -D -f "$3" -E "$4"'
     argv = ["ip", "netns", "exec", netns, *unshare, "sh", "-c", script, "sh", name,
-            private_dir or "", str(config), str(bed.workdir / f"sshd_{name}.log")]
+            private_dir or "", str(config), str(bed.workdir / f"sshd_{name}.log"),
+            str(bed.workdir / "empty_bashrc"), str(bashrc)]
     host.sshd = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                  stderr=subprocess.DEVNULL, start_new_session=True)
     return host
@@ -290,8 +299,9 @@ def _wait_sshd(host: Host, workdir: Path, deadline: float) -> None:
 
 @contextlib.contextmanager
 def netns_hosts(workdir: str | os.PathLike, count: int = 3,
-                private: dict[int, str] | None = None) -> Iterator[NetnsHosts]:
-    bed = start_hosts(workdir, count, private)
+                private: dict[int, str] | None = None,
+                plain_shell: bool = False) -> Iterator[NetnsHosts]:
+    bed = start_hosts(workdir, count, private, plain_shell=plain_shell)
     try:
         yield bed
     finally:

@@ -132,7 +132,12 @@ def test_missing_working_directory_and_program_refused(hosts, tmp_path):
                       command=["/no/such/python", "-c", "pass"])
     done = run_launch(str(spec), timeout=60)
     assert done.returncode == 2
-    assert "chief:0: program /no/such/python not found or not executable" in done.stderr
+    assert "(chief:0): /no/such/python (the task's Python) cannot run on this host" \
+        in done.stderr
+    spec = write_spec(tmp_path, hosts, {"chief": ["h1"]}, command=["/no/such/program"])
+    done = run_launch(str(spec), timeout=60)
+    assert done.returncode == 2
+    assert "chief:0: program /no/such/program not found or not executable" in done.stderr
 
 
 def test_failed_task_stops_every_host(hosts, tmp_path):

@@ -72,9 +72,9 @@ def test_section_maps_to_ssh_options():
 
 def test_remote_command_holds_nothing_of_the_task():
     """Arguments and environment go as JSON on stdin; the remote shell sees only the stub."""
-    assert remote_command("python3") == f"exec python3 -c {shlex.quote(STUB)}"
+    assert remote_command("python3") == f"exec python3 -I -S -c {shlex.quote(STUB)}"
     assert remote_command("/opt/my python/bin/python3").startswith(
-        "exec '/opt/my python/bin/python3' -c ")
+        "exec '/opt/my python/bin/python3' -I -S -c ")
 
 
 def test_ssh_errors_explained():
@@ -97,5 +97,5 @@ def test_dry_run_connects_to_nothing_and_shows_the_ssh_command(tmp_path):
     done = run_launch(str(spec), "--dry-run", timeout=30)
     assert done.returncode == 0, done.stderr
     assert "ssh -F" not in done.stdout
-    assert "-l tf -- 192.0.2.1 'exec python3 -c" in done.stdout
-    assert "-l tf -- 192.0.2.2 'exec python3 -c" in done.stdout
+    assert "-l tf -- 192.0.2.1 'exec python3 -I -S -c" in done.stdout
+    assert "-l tf -- 192.0.2.2 'exec python3 -I -S -c" in done.stdout

@@ -1,0 +1,125 @@
+"""Time until every task runs, over ssh, for 1, 4 and 16 hosts.
+
+Each host is a network namespace with its own sshd on this machine (tests/infra/netns_hosts.py),
+one task per host. A run is what ``launch`` does before training: preflight (connect to every
+host in parallel, check its Python and working directory) and start every task; it ends when
+every task printed its first line. Clients, sshd and tasks all share this machine's cores,
+unlike real hosts, where the remote half of the work runs on each host's own CPUs.
+
+    sudo .venv/bin/python bench/ssh_fanout.py [--hosts 1 4 16] [--repeat 5] [--no-multiplex]
+
+Needs root (network namespaces), openssh-server and iproute2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+from infra.netns_hosts import missing_prerequisites, netns_hosts  # noqa: E402
+
+from launcher.backends.ssh import SSHBackend  # noqa: E402
+from launcher.spec import validate  # noqa: E402
+from launcher.tf_config import build_plan  # noqa: E402
+
+TASK = "import time; print('ready', flush=True); time.sleep(120)"
+
+
+def local_cpu() -> float:
+    """CPU seconds of this process and its reaped children (the ssh clients)."""
+    own, children = (resource.getrusage(w) for w in (resource.RUSAGE_SELF,
+                                                      resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def one_run(bed, n: int, multiplex: bool,
+            options: dict[str, str] | None = None) -> tuple[float, float, float]:
+    """(preflight s, s until every task printed 'ready', launcher-side CPU s)."""
+    addresses = [h.address for h in bed.hosts[:n]]
+    raw = {"name": "fanout", "backend": "ssh", "model_dir": "/tmp/fanout",
+           "cluster": {"worker": addresses}, "command": [sys.executable, "-c", TASK],
+           "workdir": str(REPO),
+           "ssh": bed.ssh_section(multiplex=multiplex, options=options or {})}
+    spec = validate(raw)
+    backend = SSHBackend(spec, SSHBackend.validate_options(raw["ssh"], "ssh"))
+    plan = build_plan(spec, port_for=backend.allocate_port)
+    handles = []
+    cpu0 = local_cpu()
+    try:
+        t0 = time.perf_counter()
+        backend.preflight(plan)
+        t1 = time.perf_counter()
+        handles = [backend.start(task) for task in plan.tasks]
+        for handle in handles:
+            line = handle.output.readline()
+            if not line.startswith(b"ready"):
+                raise RuntimeError(f"{handle.task.name}: {line!r}")
+        t2 = time.perf_counter()
+    finally:
+        for handle in handles:
+            handle.terminate()
+        for handle in handles:
+            while handle.poll() is None:
+                time.sleep(0.01)
+            handle.output.close()
+        backend.close()
+    cpu = local_cpu() - cpu0   # includes stopping the tasks: a little more than the start
+    if bed.leftovers(timeout=10):
+        raise RuntimeError(f"processes left on hosts: {bed.leftovers(0)}")
+    return t1 - t0, t2 - t0, cpu
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--hosts", type=int, nargs="+", default=[1, 4, 16])
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--no-multiplex", action="store_true",
+                   help="no master connections (ssh.multiplex false)")
+    p.add_argument("--ssh-option", action="append", default=[], metavar="NAME=VALUE",
+                   help="an OpenSSH option for every connection (ssh.options), e.g. "
+                        "KexAlgorithms=curve25519-sha256")
+    p.add_argument("--plain-shell", action="store_true",
+                   help="hosts with an empty root ~/.bashrc (this machine's runs pyenv init: "
+                        "~0.15 s of CPU per remote command)")
+    args = p.parse_args()
+    why = missing_prerequisites()
+    if why:
+        print(f"cannot run: {why}", file=sys.stderr)
+        return 2
+    multiplex = not args.no_multiplex
+    options = dict(o.split("=", 1) for o in args.ssh_option)
+    rows = []
+    load = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmp, \
+            netns_hosts(tmp, count=max(args.hosts), plain_shell=args.plain_shell) as bed:
+        one_run(bed, 1, multiplex, options)   # warm-up: page cache, sshd binaries
+        for n in args.hosts:
+            runs = [one_run(bed, n, multiplex, options) for _ in range(args.repeat)]
+            rows.append((n, statistics.median(r[0] for r in runs),
+                         statistics.median(r[1] for r in runs), max(r[1] for r in runs),
+                         statistics.median(r[2] for r in runs)))
+    base = rows[0][2]
+    print(f"ssh fan-out, multiplex={'on' if multiplex else 'off'}, "
+          f"{'plain' if args.plain_shell else 'this machine'}'s root .bashrc, median of "
+          f"{args.repeat} runs, one task per host (each host its own namespace and sshd); "
+          f"options {options or 'none'}; "
+          f"load average before: {load:.1f}, after: {os.getloadavg()[0]:.1f}")
+    print(f"{'hosts':>5}  {'preflight s':>11}  {'all running s':>13}  {'max s':>6}  "
+          f"{'vs 1 host':>9}  {'launcher CPU s':>14}")
+    for n, pre, total, worst, cpu in rows:
+        print(f"{n:>5}  {pre:>11.2f}  {total:>13.2f}  {worst:>6.2f}  {total / base:>8.2f}x  "
+              f"{cpu:>14.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
