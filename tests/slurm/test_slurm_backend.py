@@ -191,3 +191,30 @@ def test_interrupted_run_leaves_no_process_and_no_job(tmp_path, slurm_env, slurm
     assert proc.returncode == 130, err
     assert released(slurm_cluster, timeout=5)
     assert not wait_gone(tfcluster_tasks, timeout=10)
+
+
+def test_ctrl_c_while_the_allocation_is_pending_cancels_it(tmp_path, slurm_env, slurm_cluster):
+    slurm_cluster.run("salloc", "--no-shell", "--nodes=2", "--exclusive", "--job-name=blocker")
+    (held,) = slurm_cluster.jobs()
+    try:
+        spec = write_spec(tmp_path, command=["sleep", "60"])
+        env = dict(os.environ, **slurm_env)
+        proc = subprocess.Popen(launch_cmd(str(spec), "--run-dir", str(tmp_path / "run")),
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        try:
+            deadline = time.monotonic() + 60
+            while len(squeue(slurm_cluster)) < 2 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert "PENDING" in slurm_cluster.run("squeue", "-h", "-o", "%j %T")
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert proc.returncode == 130, err
+        assert slurm_cluster.jobs() == [held], "only the blocking job is left"
+    finally:
+        slurm_cluster.run("scancel", held, check=False)
+    assert released(slurm_cluster)
