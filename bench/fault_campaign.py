@@ -1,0 +1,164 @@
+"""Fault campaign: kill -9 parts of real TensorFlow jobs at seeded random moments, many times,
+and check every run ends well. Run by hand (minutes per run on 2 cores):
+
+    .venv/bin/python bench/fault_campaign.py --runs 20 --seed 1
+
+Jobs: tests/faults/jobs/estimator_job.py (Estimator, TF 2.15: chief, worker, ps, evaluator)
+and tests/faults/jobs/pss_job.py (ParameterServerStrategy, TF 2.21: chief, worker, ps).
+Targets, in turn: worker, ps, chief, evaluator (Estimator only), the launcher itself (then
+the same spec is launched again and must go on from the newest checkpoint), and a ps killed
+twice under ``max_restarts: 1`` (the run must fail clearly: restart budget spent).
+
+A run survived when: the launcher exited 0, the newest complete checkpoint is readable by
+TensorFlow and at or past max_steps, each kill cost at most one checkpoint interval (plus
+the reporting granularity), training resumed after each kill, and no process was left
+behind. Prints one row per run and a summary, and writes every row as JSON (--json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "faults"))
+
+from harness import (  # noqa: E402
+    PY_TF215,
+    PY_TF221,
+    LaunchRun,
+    job_spec,
+    lost_steps,
+    newest_checkpoint,
+    resumed_after,
+    summary_reason,
+    write_spec,
+)
+
+MAX_STEPS, SAVE_STEPS, SLACK = 600, 100, 10
+SCENARIOS = {
+    "estimator": ["worker:0", "ps:0", "chief:0", "evaluator:0", "launcher", "ps-budget"],
+    "pss": ["worker:0", "ps:0", "chief:0", "launcher", "ps-budget"],
+}
+
+
+def one_run(kind: str, scenario: str, rng: random.Random, workdir: Path) -> dict:
+    tmp = Path(tempfile.mkdtemp(prefix=f"{kind}-", dir=workdir))
+    doc = job_spec(kind, tmp, MAX_STEPS, SAVE_STEPS, evaluator=kind == "estimator")
+    doc["timeouts"]["finish"] = 5
+    if scenario == "ps-budget":
+        doc["restart"]["ps"] = {"policy": "on-failure", "max_restarts": 1, "backoff": 0.5}
+        plan = [("ps:0", rng.randint(100, 250)), ("ps:0", rng.randint(300, 450))]
+    else:
+        plan = [(scenario, rng.randint(int(0.15 * MAX_STEPS), int(0.75 * MAX_STEPS)))]
+    spec = write_spec(tmp, doc)
+    python = PY_TF215 if kind == "estimator" else PY_TF221
+    started = time.monotonic()
+    runs = [LaunchRun(spec)]
+    problems: list[str] = []
+    for target, step in plan:
+        if not runs[-1].wait_for_step(step, timeout=300):
+            problems.append(f"never reached step {step} before killing {target}")
+            break
+        try:
+            runs[-1].kill(target)
+        except LookupError as e:
+            problems.append(str(e))
+            break
+    teardown = None
+    if scenario == "launcher" and not problems:
+        runs[0].wait(timeout=30)
+        left = runs[0].leftovers(timeout=15)
+        teardown = time.monotonic() - runs[0].kills[0].t
+        if left:
+            problems.append(f"{len(left)} processes outlived the launcher")
+        runs.append(LaunchRun(spec))
+    status = runs[-1].wait(timeout=600)
+    if status is None:
+        problems.append("hang: the launcher did not end within 600 s")
+    if runs[-1].leftovers(timeout=15):
+        problems.append("processes left behind")
+    kills = [k for r in runs for k in r.kills]
+    name, step, error = newest_checkpoint(tmp / "model", python)
+    reason = summary_reason(runs[-1])
+    resumed = [resumed_after(runs, k) for k in kills]
+    lost = [lost_steps(runs, k) for k in kills]
+    if scenario == "ps-budget":
+        if status != 1 or "restart budget spent" not in reason:
+            problems.append(f"expected a clear failure (budget spent), got {status}: {reason}")
+        outcome = "failed clearly" if not problems else "BAD"
+    else:
+        if status != 0:
+            problems.append(f"exit status {status}: {reason}")
+        if resumed and None in resumed:
+            problems.append("training did not resume after a kill")
+        if lost and max(lost) > SAVE_STEPS + SLACK:
+            problems.append(f"lost {max(lost)} steps (> one checkpoint interval)")
+        outcome = "survived" if not problems else "BAD"
+    if error:
+        problems.append(f"newest checkpoint {name} unreadable: {error}")
+        outcome = "BAD"
+    if scenario != "ps-budget" and (step is None or step < MAX_STEPS):
+        problems.append(f"final checkpoint {name} at step {step} < {MAX_STEPS}")
+        outcome = "BAD"
+    return {"kind": kind, "scenario": scenario,
+            "kills": [f"{k.target}@{k.step_before}" for k in kills], "outcome": outcome,
+            "status": status, "final_checkpoint": name, "final_step": step,
+            "resumed_s": [None if r is None else round(r, 1) for r in resumed],
+            "lost_steps": lost, "teardown_s": None if teardown is None else round(teardown, 1),
+            "duration_s": round(time.monotonic() - started, 1), "problems": problems}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--runs", type=int, default=11)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--kinds", default="estimator,pss")
+    p.add_argument("--only", metavar="SCENARIO", help="one scenario (worker:0, launcher...)")
+    p.add_argument("--json", metavar="FILE", help="write every run's row here")
+    args = p.parse_args(argv)
+    kinds = args.kinds.split(",")
+    order = [(k, s) for k in kinds for s in SCENARIOS[k] if args.only in (None, s)]
+    workdir = Path(tempfile.mkdtemp(prefix="fault-campaign-"))
+    rows = []
+    print(f"{'#':>3} {'job':9} {'scenario':11} {'kills (target@step)':28} {'outcome':15} "
+          f"{'resumed s':10} {'lost':5} {'total s':7}", flush=True)
+    for i in range(args.runs):
+        kind, scenario = order[i % len(order)]
+        row = one_run(kind, scenario, random.Random(args.seed * 1000 + i), workdir)
+        rows.append(row)
+        resumed = ",".join("-" if r is None else f"{r:g}" for r in row["resumed_s"])
+        print(f"{i:>3} {kind:9} {scenario:11} {' '.join(row['kills']):28} {row['outcome']:15} "
+              f"{resumed:10} {max(row['lost_steps'] or [0]):<5} {row['duration_s']:<7}"
+              + (f"  {'; '.join(row['problems'])}" if row["problems"] else ""), flush=True)
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=1))
+    survived = sum(r["outcome"] == "survived" for r in rows)
+    clear = sum(r["outcome"] == "failed clearly" for r in rows)
+    bad = len(rows) - survived - clear
+    print(f"\nruns {len(rows)}: survived {survived}, failed clearly (budget spent) {clear}, "
+          f"bad {bad}")
+    by_target: dict[str, list[float]] = {}
+    for r in rows:
+        if r["scenario"] == "ps-budget":
+            continue
+        for kill, resumed in zip(r["kills"], r["resumed_s"]):
+            if resumed is not None:
+                by_target.setdefault(f"{r['kind']} {kill.split('@')[0]}", []).append(resumed)
+    for key, values in sorted(by_target.items()):
+        print(f"  kill -9 {key:22} resumed after: median {statistics.median(values):5.1f}s  "
+              f"max {max(values):5.1f}s  (n={len(values)})")
+    teardowns = [r["teardown_s"] for r in rows if r["teardown_s"] is not None]
+    if teardowns:
+        print(f"  launcher killed: every task gone within {max(teardowns):.1f}s (max; checked "
+              f"every 0.1s, n={len(teardowns)})")
+    return 0 if bad == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
