@@ -233,7 +233,7 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
                     pass
         self.pids.clear()
         self._kill_stepds()
-        for cg in Path("/sys/fs/cgroup").glob("**/slurm_*"):
+        for cg in Path("/sys/fs/cgroup").glob("*/slurm_*"):   # only empty ones go
             for d in sorted((p for p in cg.rglob("*") if p.is_dir()), reverse=True):
                 try:
                     d.rmdir()
