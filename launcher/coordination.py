@@ -16,6 +16,7 @@ and ends the job:
 
 from __future__ import annotations
 
+import collections
 import os
 import time
 from typing import Any
@@ -122,12 +123,28 @@ class CoordinatorMonitor:
         self._started: float | None = None
         self._last_line = ("", 0.0)
         self._decided: tuple[str, str] | None = None
+        # What the coordinator's thread saw, written out by tick() on the job loop's
+        # thread: every event lands between job_started and job_ended.
+        self._seen: collections.deque = collections.deque()
+        coordinator.on_change = self._note
+
+    def _note(self, event: str, fields: dict[str, Any]) -> None:
+        self._seen.append((event, fields))
+
+    def _flush(self) -> None:
+        while self._seen:
+            event, fields = self._seen.popleft()
+            self.events.write(event, **fields)
+            if event == "checkpoint_incomplete":
+                self.console.info(f"checkpoint {fields['name']} is incomplete: missing "
+                                  f"{', '.join(fields['missing'])}")
 
     def tick(self, job: Job) -> Decision | None:
         now = time.monotonic()
         if self._started is None:
             self._started = now
             self.coordinator.start()
+        self._flush()
         p = self.coordinator.progress()
         self._maybe_print(p, now)
         verdict = self.coordinator.judge([task_status(r) for r in job.runs])
@@ -153,11 +170,9 @@ class CoordinatorMonitor:
 
     def close(self) -> None:
         self.coordinator.stop()
-        p = self.coordinator.poll_once()
-        self.events.write("training_progress", step=p.step, max_steps=p.max_steps,
-                          checkpoint=p.checkpoint.path if p.checkpoint else None,
-                          steps_per_sec=p.steps_per_sec, polls=p.polls,
-                          poll_errors=p.poll_errors, last_error=p.last_error)
+        if self._started is None:
+            return
+        p = self.coordinator.progress()     # no new poll: job_ended is the last event
         if p.max_steps is not None and p.step is not None and p.step < p.max_steps:
             self.console.info(f"note: the newest complete checkpoint is at step {p.step}, "
                               f"short of max_steps {p.max_steps}")
@@ -172,15 +187,7 @@ def make_decision(action: str, reason: str, task: str | None) -> Decision:
 
 def coordinator_monitor(spec, plan, console: Console, events: EventLog) -> CoordinatorMonitor:
     """The monitor ``launcher.cli.monitors_for`` hands the job loop."""
-
-    def on_change(event: str, fields: dict[str, Any]) -> None:
-        events.write(event, **fields)
-        if event == "checkpoint_incomplete":
-            console.info(f"checkpoint {fields['name']} is incomplete: missing "
-                         f"{', '.join(fields['missing'])}")
-
     coordinator = Coordinator(launcher_model_dir(spec), max_steps=plan.max_steps,
                               poll=spec.timeouts["poll"], stall=spec.timeouts["stall"],
-                              startup=spec.timeouts["start"], reader=checkpoint_reader(spec),
-                              on_change=on_change)
+                              startup=spec.timeouts["start"], reader=checkpoint_reader(spec))
     return CoordinatorMonitor(coordinator, console, events)

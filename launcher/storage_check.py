@@ -16,6 +16,7 @@ exists; TensorFlow would restore it and stop at once). ``--retrain`` starts the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -29,6 +30,7 @@ from launcher.coordination import checkpoint_reader, launcher_model_dir, storage
 from launcher.errors import PreflightError
 
 PROBE_PREFIX = ".tfcluster-probe-"
+NOT_FOR_PROBES = ("TFCLUSTER_RUN_ID", "TF_CONFIG")
 _PYTHON_RE = re.compile(r"^python(\d+(\.\d+)?)?$")
 
 # Runs on the task's host: argv = MODE URL NAME TOKEN LAUNCHER_NAME; prints one JSON line.
@@ -115,7 +117,9 @@ def check_shared_storage(spec, plan, backend, console=None, events=None) -> None
     def run_probe(task, mode: str):
         argv = [probe_python(task.command), "-c", PROBE_SCRIPT, mode, spec.model_dir,
                 names[task.name], tokens[task.name], launcher_name]
-        return backend.probe(task, argv, timeout)
+        # the task's environment, less what marks a process as a task of the job
+        env = {k: v for k, v in task.env.items() if k not in NOT_FOR_PROBES}
+        return backend.probe(dataclasses.replace(task, env=env), argv, timeout)
 
     outcomes: list[ProbeOutcome] = []
     unseen = []
@@ -150,7 +154,7 @@ def check_shared_storage(spec, plan, backend, console=None, events=None) -> None
             with ThreadPoolExecutor(max_workers=min(16, len(unseen))) as pool:
                 list(pool.map(lambda t: run_probe(t, "remove"), unseen))
     bad = [o for o in outcomes if o.problem]
-    if events is not None:
+    if bad and events is not None:     # a job's event log starts with job_started
         events.write("storage_check", model_dir=spec.model_dir, ok=not bad,
                      tasks={o.task: {"host": o.seen_host, "where": o.where,
                                      "problem": o.problem} for o in outcomes})

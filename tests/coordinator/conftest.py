@@ -1,9 +1,10 @@
 """Fixtures of the coordinator tests: a real S3 server (SeaweedFS) for the session, and a
 model_dir on local disk or on that server.
 
-This conftest shadows tests/conftest.py as the module ``conftest`` for the tests in this
-folder, so it re-exports the helpers tests import from there (``from conftest import
-run_launch, PY_TF215``)."""
+pytest imports every conftest.py under the name ``conftest``, so after this one is loaded
+``from conftest import run_launch`` (in any folder's tests) finds this module: it therefore
+re-exports every helper of tests/conftest.py (not its fixtures, which pytest already
+applies)."""
 
 from __future__ import annotations
 
@@ -23,9 +24,17 @@ def _root_conftest():
     return module
 
 
+def _is_fixture(obj) -> bool:
+    return hasattr(obj, "_pytestfixturefunction") or \
+        type(obj).__name__ == "FixtureFunctionDefinition"
+
+
 _root = _root_conftest()
-REPO, PY_TF215, PY_TF221 = _root.REPO, _root.PY_TF215, _root.PY_TF221
-run_launch, launch_cmd, tfcluster_tasks = _root.run_launch, _root.launch_cmd, _root.tfcluster_tasks
+globals().update({name: value for name, value in vars(_root).items()
+                  if not name.startswith("_") and name not in globals()
+                  and not _is_fixture(value)})
+REPO, PY_TF215, launch_cmd, run_launch = _root.REPO, _root.PY_TF215, _root.launch_cmd, \
+    _root.run_launch
 
 
 @pytest.fixture(scope="session")

@@ -66,7 +66,9 @@ def test_a_task_on_other_storage_is_refused_before_anything_starts(tmp_path):
     for other in ("chief:0", "worker:0", "ps:0"):
         assert f"{other} on host" not in done.stderr
     (log,) = (tmp_path / "runs").glob("*/events.jsonl")
-    assert not [e for e in read_events(str(log)) if e["event"] == "task_started"]
+    (record,) = read_events(str(log))                   # nothing started
+    assert record["event"] == "storage_check" and not record["ok"]
+    assert record["tasks"]["ps:1"]["problem"] and not record["tasks"]["ps:0"]["problem"]
     assert probes_left(tmp_path / "model", elsewhere / "model") == []
 
 
@@ -74,10 +76,11 @@ def test_shared_local_storage_passes_and_leaves_nothing(tmp_path):
     spec, backend, plan = make({"cluster": {"chief": 1, "ps": 1}, "evaluator": "localhost",
                                 "command": [PY_TF215, *SLEEP],
                                 "model_dir": str(tmp_path / "m"), "max_steps": 5})
-    events = EventLog(str(tmp_path / "events.jsonl"))
-    check_shared_storage(spec, plan, backend, events=events)
-    (record,) = read_events(str(tmp_path / "events.jsonl"))
-    assert record["ok"] and set(record["tasks"]) == {"chief:0", "ps:0", "evaluator:0"}
+    lines = []
+    console = Console(out=None, err=None)
+    console.info = lines.append
+    check_shared_storage(spec, plan, backend, console=console)
+    assert lines == [f"model_dir {tmp_path / 'm'}: the same storage for all 3 tasks"]
     assert probes_left(tmp_path / "m") == []
 
 
