@@ -23,6 +23,7 @@ ever and stop at max_steps, as TensorFlow does by default.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -30,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from orchestrator.sharding import Shard, current_shard, shard_dataset
+from orchestrator.sharding import INDEX_VAR, Shard, current_shard, shard_dataset
 from orchestrator.steps import derive_max_steps, shard_steps
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,7 @@ class EpochPlan:
     examples: int | None = None
     batch_size: int | None = None
     max_steps: int | None = None
+    trainers: int | None = None     # tasks that read training data; default: shard.count
 
     @property
     def counted(self) -> bool:
@@ -62,10 +64,13 @@ class EpochPlan:
         return self.steps_of(self.shard)
 
     def total_steps(self, num_trainers: int | None = None) -> int:
-        """global_step at the end: the sum of every trainer's steps (asynchronous training)."""
+        """global_step at the end: the sum of every trainer's steps (asynchronous training).
+
+        The same on every task, the evaluator and ps included (they have no shard but know
+        the trainers from TF_CONFIG); ParameterServerStrategy passes its worker count."""
         self._require_counted()
         return derive_max_steps(self.epochs, self.examples, self.batch_size,
-                                num_trainers or self.shard.count)
+                                num_trainers or self.trainers or self.shard.count)
 
     def _require_counted(self) -> None:
         if not self.counted:
@@ -85,13 +90,25 @@ def _optional_int(env: Mapping[str, str], name: str) -> int | None:
     return value
 
 
+def trainers_in_tf_config(env: Mapping[str, str]) -> int | None:
+    """Chief/master and workers in TF_CONFIG's cluster (None without TF_CONFIG)."""
+    try:
+        cluster = json.loads(env.get("TF_CONFIG") or "{}").get("cluster") or {}
+    except (ValueError, AttributeError):
+        raise ValueError("TF_CONFIG is not a JSON object") from None
+    count = sum(len(cluster.get(job) or []) for job in ("chief", "master", "worker"))
+    return count or None
+
+
 def epoch_plan(env: Mapping[str, str] | None = None, batch_size: int | None = None,
                max_steps: int | None = None) -> EpochPlan:
     """The plan from the task environment; ``batch_size`` / ``max_steps`` are defaults for a
     run without the launcher (the spec's values win)."""
     env = os.environ if env is None else env
+    shard = current_shard(env)
     return EpochPlan(
-        shard=current_shard(env),
+        shard=shard,
+        trainers=shard.count if INDEX_VAR in env else trainers_in_tf_config(env),
         epochs=_optional_int(env, "TFCLUSTER_EPOCHS"),
         examples=_optional_int(env, "TFCLUSTER_EXAMPLES"),
         batch_size=_optional_int(env, "TFCLUSTER_BATCH_SIZE") or batch_size,

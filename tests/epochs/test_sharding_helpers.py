@@ -59,6 +59,22 @@ def test_epoch_plan_from_environment():
         epoch_plan({"TFCLUSTER_EPOCHS": "0"})
 
 
+def test_every_task_agrees_on_the_total():
+    """The evaluator and the ps read no shard, but stop at the same global step."""
+    cluster = {"chief": ["h:1"], "worker": ["h:2", "h:3"], "ps": ["h:4"]}
+    epochs = {"TFCLUSTER_EPOCHS": "3", "TFCLUSTER_EXAMPLES": "20000",
+              "TFCLUSTER_BATCH_SIZE": "100"}
+    totals = set()
+    for task, shard in (("chief", "0"), ("worker", "2"), ("evaluator", None), ("ps", None)):
+        env = dict(epochs, TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": task}}))
+        if shard is not None:
+            env.update(TFCLUSTER_SHARD_INDEX=shard, TFCLUSTER_NUM_SHARDS="3")
+        totals.add(epoch_plan(env).total_steps())
+    assert totals == {602}
+    with pytest.raises(ValueError, match="TF_CONFIG is not a JSON object"):
+        epoch_plan({"TF_CONFIG": "[1]"})
+
+
 @given(examples=st.integers(1, 5000), epochs=st.integers(1, 5), batch=st.integers(1, 300),
        shards=st.integers(1, 9))
 def test_step_arithmetic(examples, epochs, batch, shards):

@@ -47,6 +47,8 @@ def test_estimator_example(tmp_path):
     state = (tmp_path / "model" / "checkpoint").read_text()
     assert 'model_checkpoint_path: "model.ckpt-602"' in state   # 3 epochs of 20000 / 100
     assert list((tmp_path / "model" / "export" / "ctr").iterdir())  # the evaluator exported
+    metrics = (tmp_path / "model" / "tfcluster_metrics.jsonl").read_text().splitlines()
+    assert json.loads(metrics[-1])["step"] == 602            # it evaluated the final model
     gone = [p for p in psutil.process_iter(["environ"])
             if (p.info["environ"] or {}).get("TFCLUSTER_RUN_ID", "").startswith("estimator-")
             and (p.info["environ"] or {}).get("TFCLUSTER_MODEL_DIR") == str(tmp_path / "model")]
