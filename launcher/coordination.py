@@ -123,6 +123,7 @@ class CoordinatorMonitor:
         self._started: float | None = None
         self._last_line = ("", 0.0)
         self._decided: tuple[str, str] | None = None
+        self._restarts = 0
         # What the coordinator's thread saw, written out by tick() on the job loop's
         # thread: every event lands between job_started and job_ended.
         self._seen: collections.deque = collections.deque()
@@ -145,6 +146,10 @@ class CoordinatorMonitor:
             self._started = now
             self.coordinator.start()
         self._flush()
+        restarts = getattr(job, "restart_count", 0)
+        if restarts != self._restarts:
+            self._restarts = restarts
+            self.coordinator.note_restart()
         p = self.coordinator.progress()
         self._maybe_print(p, now)
         verdict = self.coordinator.judge([task_status(r) for r in job.runs])

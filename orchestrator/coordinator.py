@@ -104,6 +104,7 @@ class Coordinator:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._state_text: str | None = None
+        self._baseline = False       # the first poll's state file: there before this job
         self._history: collections.deque = collections.deque(maxlen=RATE_WINDOW)
         self._events_file: str | None = None
         self._events_size = -1
@@ -136,6 +137,13 @@ class Coordinator:
         with self._lock:
             return self._progress
 
+    def note_restart(self) -> None:
+        """Tasks were restarted: they get the startup time again before the stall clock
+        runs with ``stall`` alone (until a checkpoint is named after the restart)."""
+        with self._lock:
+            self._progress = replace(self._progress, last_activity=self.clock(),
+                                     last_activity_what="a restart", named=None)
+
     def newest_complete(self) -> Checkpoint | None:
         """The newest complete checkpoint seen (what a restarted job resumes from)."""
         return self.progress().checkpoint
@@ -156,6 +164,8 @@ class Coordinator:
     def _poll(self, p: Progress) -> Progress:
         now = self.clock()
         scan = self.reader.scan()
+        if not self._baseline:
+            self._baseline, self._state_text = True, scan.state_text
         if scan.state_text != self._state_text:
             self._state_text = scan.state_text
             if scan.named is not None:

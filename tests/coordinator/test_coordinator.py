@@ -181,3 +181,25 @@ def test_starting_tensorflow_gets_the_startup_time_on_top(storage):
     clock.now += 91
     quiet.poll_once()
     assert "timeouts.start + timeouts.stall = 90s" in quiet.judge(cluster()).reason
+
+
+def test_checkpoints_from_before_the_job_and_restarts_get_the_startup_time(storage):
+    url, fs, _ = storage
+    clock = Clock()
+    trainer = FakeTrainer(fs, url)
+    trainer.save(500)                                 # a previous run's checkpoint
+    coord = coordinator(storage, clock, max_steps=1000, stall=30, startup=60)
+    assert coord.poll_once().step == 500
+    clock.now += 89
+    coord.poll_once()
+    assert coord.judge(cluster()) is None             # resuming: startup time too
+    trainer.save(600)
+    coord.poll_once()
+    clock.now += 29
+    coord.note_restart()                              # e.g. the cluster restarted
+    clock.now += 89
+    coord.poll_once()
+    assert coord.judge(cluster()) is None
+    clock.now += 2
+    coord.poll_once()
+    assert "last sign: a restart" in coord.judge(cluster()).reason
