@@ -202,3 +202,46 @@ def test_automatic_port_taken_after_planning_is_picked_again_without_a_restart(t
     assert starts(tmp_path)["worker:0"] == 2
     plan_doc = json.loads((run_dir(tmp_path) / "plan.json").read_text())
     assert plan_doc["run_id"] == run_dir(tmp_path).name
+
+
+class LosesPsOnce:
+    """A monitor that reports ps:0 lost (as the coordinator does for a dead or hung ps)."""
+
+    def __init__(self):
+        self.reported = False
+
+    def tick(self, job):
+        from launcher.job import Decision
+
+        ps = job.run_of("ps", 0)
+        if not self.reported and ps.running and ps.duration() > 0.5:
+            self.reported = True
+            return Decision("fail", "ps:0 does not answer", task="ps:0")
+        return None
+
+    def close(self):
+        pass
+
+
+def test_a_monitor_naming_a_lost_task_goes_through_the_restart_policy(tmp_path):
+    from launcher.backends.local import LocalBackend
+    from launcher.job import Console, Job
+    from launcher.spec import load_spec
+    from launcher.tf_config import build_plan
+
+    plan = {"chief": ["forever", "exit 0 after 1"], "worker": ["forever"], "ps": ["forever"]}
+    spec = load_spec(str(write_spec(tmp_path, plan, evaluator=None)))
+    backend = LocalBackend(spec)
+    job_plan = build_plan(spec, port_for=backend.allocate_port, host_for=backend.host_for)
+    out = tmp_path / "console.txt"
+    with out.open("w") as console_file:
+        job = Job(job_plan, backend, str(tmp_path / "run"), Console(console_file, console_file),
+                  spec.timeouts, [LosesPsOnce()], restart=spec.restart)
+        try:
+            result = job.run()
+        finally:
+            backend.close()
+    assert result.status == 0, out.read_text()
+    assert starts(tmp_path) == {"ps:0": 2, "chief:0": 2, "worker:0": 2, "worker:1": 2}
+    assert ("ps:0 does not answer; restarting the whole cluster from the newest checkpoint in "
+            "0.2s (restart 1 of 2)") in out.read_text()
