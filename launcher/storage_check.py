@@ -105,6 +105,7 @@ def check_shared_storage(spec, plan, backend, console=None, events=None) -> None
     tag = f"{PROBE_PREFIX}{plan.run_id}-{uuid.uuid4().hex[:6]}"
     launcher_name, launcher_token = f"{tag}-launcher", uuid.uuid4().hex
     try:
+        existed = fs.exists(root)
         fs.makedirs(root, exist_ok=True)
         fs.pipe_file(f"{root}/{launcher_name}", launcher_token.encode())
     except Exception as e:  # noqa: BLE001 - any storage error: say what and where
@@ -159,6 +160,8 @@ def check_shared_storage(spec, plan, backend, console=None, events=None) -> None
                      tasks={o.task: {"host": o.seen_host, "where": o.where,
                                      "problem": o.problem} for o in outcomes})
     if bad:
+        if not existed:    # a refused job leaves no model_dir behind
+            _remove_empty_dir(fs, root)
         lines = "\n".join(f"  {o.task} on host {o.host} ({o.seen_host}): {o.problem}"
                           for o in bad)
         raise PreflightError(f"model_dir is not the same storage for every task; the chief "
@@ -167,6 +170,14 @@ def check_shared_storage(spec, plan, backend, console=None, events=None) -> None
     if console is not None:
         console.info(f"model_dir {spec.model_dir}: the same storage for all "
                      f"{len(outcomes)} tasks")
+
+
+def _remove_empty_dir(fs, root: str) -> None:
+    try:
+        if not fs.ls(root):
+            fs.rmdir(root)
+    except (FileNotFoundError, OSError):
+        pass
 
 
 def _visible(fs, path: str, token: str) -> bool:

@@ -69,7 +69,8 @@ def test_a_task_on_other_storage_is_refused_before_anything_starts(tmp_path):
     (record,) = read_events(str(log))                   # nothing started
     assert record["event"] == "storage_check" and not record["ok"]
     assert record["tasks"]["ps:1"]["problem"] and not record["tasks"]["ps:0"]["problem"]
-    assert probes_left(tmp_path / "model", elsewhere / "model") == []
+    assert probes_left(elsewhere / "model") == []
+    assert not (tmp_path / "model").exists()     # the refused job left no model_dir
 
 
 def test_shared_local_storage_passes_and_leaves_nothing(tmp_path):
