@@ -130,15 +130,31 @@ def training_dataset(examples: Any, plan: EpochPlan, shuffle_buffer: int = 0,
 
 # ---------------------------------------------------------------- Estimator (TF 2.15)
 
+def wait_for_step(read_step: Callable[[], int], total: int, stall_timeout: float = 120.0,
+                  poll: float = 0.2, clock: Callable[[], float] = time.monotonic,
+                  sleep: Callable[[float], None] = time.sleep) -> int:
+    """Poll ``read_step()`` until it reaches ``total``; give up when it has not moved for
+    ``stall_timeout`` seconds (a trainer died, or the data holds fewer examples than the spec
+    says). Returns the last step read."""
+    step = read_step()
+    moved_at = clock()
+    while step < total and clock() - moved_at < stall_timeout:
+        sleep(poll)
+        now_step = read_step()
+        if now_step != step:
+            step, moved_at = now_step, clock()
+    return step
+
+
 def estimator_hooks(plan: EpochPlan, model_dir: str, is_chief: bool, save_steps: int,
-                    timeout: float = 600.0, poll: float = 0.2) -> list:
+                    stall_timeout: float = 120.0, poll: float = 0.2) -> list:
     """Hooks for ``TrainSpec(hooks=...)``: on the chief of a job given in epochs, wait until
     global_step reaches the total, then save the final checkpoint.
 
     They replace the Estimator's own CheckpointSaverHook (it sees one and adds none); the wait
     runs first, in ``end()``, so the chief's final save comes after every trainer's last
-    step. Other tasks, and jobs given in max_steps, get no hooks. After ``timeout`` seconds
-    without reaching the total (a trainer died) the chief saves what it has and says so.
+    step. Other tasks, and jobs given in max_steps, get no hooks. When global_step stops
+    short of the total for ``stall_timeout`` seconds the chief saves what it has and says so.
     """
     if not (is_chief and plan.counted):
         return []
@@ -155,13 +171,12 @@ def estimator_hooks(plan: EpochPlan, model_dir: str, is_chief: bool, save_steps:
             if step < total:
                 log.warning("tfcluster: chief's input ended at global step %d; waiting for "
                             "the other trainers to reach %d", step, total)
-            deadline = time.monotonic() + timeout
-            while step < total and time.monotonic() < deadline:
-                time.sleep(poll)
-                step = session.run(self._step)
+                step = wait_for_step(lambda: session.run(self._step), total, stall_timeout,
+                                     poll)
             if step < total:
-                log.warning("tfcluster: global step %d < %d after %.0fs; saving anyway",
-                            step, total, timeout)
+                log.warning("tfcluster: global step stuck at %d < %d for %.0fs (a trainer "
+                            "failed, or fewer examples than the spec says); saving anyway",
+                            step, total, stall_timeout)
 
     saver = tf.compat.v1.train.CheckpointSaverHook(model_dir, save_steps=save_steps)
     return [WaitForAllTrainers(), saver]

@@ -11,7 +11,7 @@ from conftest import PY_TF215, PY_TF221, REPO
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator.epochs import EpochPlan, epoch_plan
+from orchestrator.epochs import EpochPlan, epoch_plan, wait_for_step
 from orchestrator.sharding import Shard, current_shard, shard_files
 from orchestrator.steps import derive_max_steps, shard_sizes, shard_steps
 
@@ -73,6 +73,27 @@ def test_every_task_agrees_on_the_total():
     assert totals == {602}
     with pytest.raises(ValueError, match="TF_CONFIG is not a JSON object"):
         epoch_plan({"TF_CONFIG": "[1]"})
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_wait_for_step_until_total_or_stalled():
+    clock = FakeClock()
+    steps = iter([10, 10, 11, 11, 11, 20, 30])
+    assert wait_for_step(lambda: next(steps), 30, 5, 1, clock, clock.sleep) == 30
+    clock = FakeClock()
+    steps = iter([10, 10, 12] + [12] * 100)      # stuck at 12 from t=2
+    assert wait_for_step(lambda: next(steps), 30, 5, 1, clock, clock.sleep) == 12
+    assert clock.now == 7
 
 
 @given(examples=st.integers(1, 5000), epochs=st.integers(1, 5), batch=st.integers(1, 300),
