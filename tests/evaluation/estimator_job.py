@@ -1,9 +1,11 @@
 """A small Estimator job for the evaluation tests (TF 2.15), one script for every task.
 
     python estimator_job.py                    # a task of a `launch` job (TF_CONFIG)
-    python estimator_job.py verify MODEL_DIR   # fresh evaluate of every checkpoint: JSON
-    python estimator_job.py export MODEL_DIR EXPORT_BASE CSV  # SavedModel + data file
-    python estimator_job.py deleted MODEL_DIR  # evaluate checkpoints deleted under it: JSON
+    python estimator_job.py check MODEL_DIR WORK_DIR  # after the job, one JSON document:
+        verify:  a fresh evaluate of every checkpoint in the metrics file, in a new process
+        export:  a SavedModel of the newest checkpoint (WORK_DIR/export) + WORK_DIR/eval.csv
+        deleted: evaluator meets checkpoints deleted under it (in a copy of model_dir)
+        events:  the training loss as TensorFlow's own summary_iterator reads it
 
 Trainers run train_and_evaluate; the evaluator runs orchestrator.evaluation's helper on
 the eval data and a sample of the training data.
@@ -101,7 +103,7 @@ def run_task() -> None:
         tf.estimator.EvalSpec(input_fn("eval", repeat=False), steps=None))
 
 
-def verify(model_dir: str) -> None:
+def verify(model_dir: str) -> list[dict]:
     """Evaluate every checkpoint named in the metrics file afresh, in a new process."""
     import tensorflow as tf
 
@@ -120,10 +122,10 @@ def verify(model_dir: str) -> None:
         out.append({"checkpoint": record.checkpoint, "split": record.split,
                     "step": int(results["global_step"]),
                     "metrics": {k: float(v) for k, v in results.items() if k != "global_step"}})
-    print(json.dumps(out))
+    return out
 
 
-def deleted(model_dir: str) -> None:
+def deleted(model_dir: str) -> dict:
     """Delete the data of the oldest checkpoint and the index of the next, then let the
     evaluator loop meet them, then the newest one; and a checkpoint of another model."""
     import glob
@@ -166,12 +168,12 @@ def deleted(model_dir: str) -> None:
         mismatch = "skipped"
     except tf.errors.OpError as e:
         mismatch = type(e).__name__
-    print(json.dumps({"old": old[:2], "final": final, "reason": outcome.reason,
-                      "skipped": outcome.skipped, "steps": [r.step for r in outcome.records],
-                      "mismatch": mismatch}))
+    return {"old": old[:2], "final": final, "reason": outcome.reason,
+            "skipped": outcome.skipped, "steps": [r.step for r in outcome.records],
+            "mismatch": mismatch}
 
 
-def export(model_dir: str, export_base: str, csv_path: str) -> None:
+def export(model_dir: str, export_base: str, csv_path: str) -> str:
     """Export the newest checkpoint as a SavedModel (tf.Example parsing signature) and
     write the eval data as CSV (header x0..x3,label)."""
     import tensorflow as tf
@@ -187,15 +189,35 @@ def export(model_dir: str, export_base: str, csv_path: str) -> None:
         w.writerow([*FEATURES, "label"])
         for i in range(len(labels)):
             w.writerow([*(repr(float(features[n][i])) for n in FEATURES), int(labels[i])])
-    print(path.decode() if isinstance(path, bytes) else path)
+    return path.decode() if isinstance(path, bytes) else path
+
+
+def events(model_dir: str) -> list:
+    import glob
+
+    import tensorflow as tf
+
+    out = []
+    for name in sorted(glob.glob(model_dir + "/events.out.tfevents.*")):
+        for e in tf.compat.v1.train.summary_iterator(name):
+            out += [(e.step, v.simple_value) for v in e.summary.value if v.tag == "loss"]
+    return sorted(out)
+
+
+def check(model_dir: str, work: str) -> None:
+    import shutil
+
+    result = {"verify": verify(model_dir),
+              "export": export(model_dir, os.path.join(work, "export"),
+                               os.path.join(work, "eval.csv")),
+              "events": events(model_dir)}
+    shutil.copytree(model_dir, os.path.join(work, "copy"))
+    result["deleted"] = deleted(os.path.join(work, "copy"))
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "verify":
-        verify(sys.argv[2])
-    elif len(sys.argv) > 1 and sys.argv[1] == "deleted":
-        deleted(sys.argv[2])
-    elif len(sys.argv) > 1 and sys.argv[1] == "export":
-        export(sys.argv[2], sys.argv[3], sys.argv[4])
+    if len(sys.argv) > 1 and sys.argv[1] == "check":
+        check(sys.argv[2], sys.argv[3])
     else:
         run_task()

@@ -1,8 +1,10 @@
 """A small TF2 job for the evaluation tests (TF 2.21), one script for every task.
 
     python tf2_job.py                   # via `launch`: the chief trains, the evaluator evaluates
-    python tf2_job.py verify MODEL_DIR  # metrics of each checkpoint recomputed with numpy: JSON
-    python tf2_job.py keras MODEL_DIR   # a Keras model through evaluate_keras_checkpoints: JSON
+    python tf2_job.py check MODEL_DIR WORK_DIR  # one JSON document:
+        verify: metrics of each checkpoint in MODEL_DIR recomputed with numpy
+        keras:  a Keras model through evaluate_keras_checkpoints, in WORK_DIR/keras
+        (and TF2 summaries, tensor scalars, written to WORK_DIR/events)
 
 The chief trains logistic regression with plain variables and saves ``ckpt-N`` through a
 CheckpointManager (N a save counter, the step inside); the evaluator restores each new
@@ -84,7 +86,7 @@ def evaluate(model_dir: str) -> None:
     print(f"evaluator done: {outcome.reason}, {len(outcome.records)} lines", flush=True)
 
 
-def verify(model_dir: str) -> None:
+def verify(model_dir: str) -> list[dict]:
     """Restore each surviving checkpoint and compute the metrics with numpy."""
     import tensorflow as tf
 
@@ -108,10 +110,10 @@ def verify(model_dir: str) -> None:
                                 "accuracy": float(((p > 0.5) == y).mean()),
                                 "log_loss": float(-np.mean(y * np.log(pc)
                                                            + (1 - y) * np.log(1 - pc)))}})
-    print(json.dumps(out))
+    return out
 
 
-def keras(model_dir: str) -> None:
+def keras(model_dir: str) -> dict:
     """Two checkpoints of a Keras model; the sidecar evaluates the newest, with fresh
     metrics, and its line equals model.evaluate of the same weights."""
     import tensorflow as tf
@@ -137,16 +139,31 @@ def keras(model_dir: str) -> None:
     evaluator.evaluate(eval_dataset(), verbose=0)   # stale state that must not leak in
     outcome = evaluate_keras_checkpoints(evaluator, eval_dataset, model_dir=model_dir,
                                          max_steps=40, idle_timeout=30)
-    print(json.dumps({"reason": outcome.reason, "expected": expected,
-                      "lines": [{"step": r.step, "metrics": r.metrics}
-                                for r in outcome.records]}))
+    return {"reason": outcome.reason, "expected": expected,
+            "lines": [{"step": r.step, "metrics": r.metrics} for r in outcome.records]}
+
+
+def write_summaries(directory: str) -> None:
+    """What tf.summary.scalar writes (tensor scalars), without needing TensorBoard: loss
+    1/(step+1) and an int64 counter for steps 0..4, and a string that is no scalar."""
+    import tensorflow as tf
+
+    writer = tf.summary.create_file_writer(directory)
+    with writer.as_default():
+        for step in range(5):
+            tf.summary.write("loss", 1.0 / (step + 1), step=step)
+            tf.summary.write("steps", tf.constant(step, tf.int64), step=step)
+            tf.summary.write("note", "not a number", step=step)
+    writer.close()
 
 
 def main() -> None:
-    if len(sys.argv) > 2 and sys.argv[1] == "verify":
-        return verify(sys.argv[2])
-    if len(sys.argv) > 2 and sys.argv[1] == "keras":
-        return keras(sys.argv[2])
+    if len(sys.argv) > 3 and sys.argv[1] == "check":
+        work = sys.argv[3]
+        write_summaries(os.path.join(work, "events"))
+        print(json.dumps({"verify": verify(sys.argv[2]),
+                          "keras": keras(os.path.join(work, "keras"))}))
+        return
     model_dir = os.environ["TFCLUSTER_MODEL_DIR"]
     task = json.loads(os.environ["TF_CONFIG"])["task"]["type"]
     if task == "evaluator":
