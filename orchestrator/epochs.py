@@ -219,25 +219,36 @@ def pss_step_fn(train_batch: Callable[[Any], Any]) -> Callable[[Any, Any], Any]:
     return step_fn
 
 
-def pss_run(coordinator: Any, step_fn: Callable, iterator: Any, total_steps: int,
-            start_step: int = 0, steps_per_call: int = 1, calls_per_round: int = 8,
-            on_round: Callable[[int], None] | None = None, idle_rounds: int = 20) -> int:
+def pss_run(coordinator: Any, step_fn: Callable, iterator: Any, total_steps: int | None,
+            input_ends: bool, start_step: int = 0, steps_per_call: int = 1,
+            calls_per_round: int = 8, on_round: Callable[[int], None] | None = None,
+            idle_rounds: int = 20) -> int:
     """Schedule ``step_fn`` until ``total_steps`` batches were trained; return the step.
 
-    Each round schedules up to ``calls_per_round`` closures of at most ``steps_per_call``
-    steps (never more than remain), joins, and adds up what they did; ``on_round(step)``
-    then runs on the coordinator (save a checkpoint, log). With finite per-worker input the
-    count cannot overshoot: a worker whose input ended does nothing. When ``idle_rounds``
-    rounds in a row train nothing, every input has ended short of the total: it returns
-    early with a warning (the data is smaller than the spec says).
+    Each round schedules ``calls_per_round`` closures of at most ``steps_per_call`` steps,
+    joins, and adds up what they did; ``on_round(step)`` then runs on the coordinator (save a
+    checkpoint, log).
+
+    ``input_ends``: every worker's input is finite (a job given in epochs). The count cannot
+    overshoot then, whatever is scheduled: a worker whose input ended does nothing. So every
+    round schedules all its closures, and a worker with data left gets some even when the
+    closures often land on a worker that is done. ``total_steps`` None: run until every
+    input ended. Without ``input_ends`` (input repeated for ever) a round never schedules
+    more steps than remain, so the job stops exactly at ``total_steps``.
+
+    When ``idle_rounds`` rounds in a row train nothing, every input has ended (short of the
+    total: the data is smaller than the spec says, which is logged).
     """
     import tensorflow as tf
 
+    if total_steps is None and not input_ends:
+        raise ValueError("total_steps None needs input_ends: infinite input never ends")
+    goal = total_steps if total_steps is not None else float("inf")
     step, idle = start_step, 0
-    while step < total_steps:
-        remaining, results = total_steps - step, []
-        while remaining > 0 and len(results) < calls_per_round:
-            limit = min(steps_per_call, remaining)
+    while step < goal:
+        remaining, results = goal - step, []
+        while len(results) < calls_per_round and (input_ends or remaining > 0):
+            limit = steps_per_call if input_ends else min(steps_per_call, remaining)
             results.append(coordinator.schedule(
                 step_fn, args=(iterator, tf.constant(limit, tf.int64))))
             remaining -= limit
@@ -248,7 +259,8 @@ def pss_run(coordinator: Any, step_fn: Callable, iterator: Any, total_steps: int
         if on_round is not None:
             on_round(step)
         if idle >= idle_rounds:
-            log.warning("tfcluster: every worker's input ended at step %d of %d",
-                        step, total_steps)
+            if total_steps is not None:
+                log.warning("tfcluster: every worker's input ended at step %d of %d",
+                            step, total_steps)
             break
     return step

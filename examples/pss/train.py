@@ -95,10 +95,8 @@ def coordinate(args: argparse.Namespace) -> None:
 
     if counted:
         total = plan.total_steps(num_trainers=num_workers)   # the workers are the trainers
-    elif plan.counted:
-        total = 2**62                                          # until every input ended
     else:
-        total = plan.max_steps
+        total = None if plan.counted else plan.max_steps     # None: until every input ended
     last_saved = [int(model.step.numpy())]
 
     def on_round(step: int) -> None:
@@ -107,9 +105,10 @@ def coordinate(args: argparse.Namespace) -> None:
             last_saved[0] = step
 
     step = pss_run(coordinator, pss_step_fn(train_batch), iterator, total,
+                   input_ends=plan.counted,
                    start_step=last_saved[0], steps_per_call=args.steps_per_call,
                    calls_per_round=2 * num_workers, on_round=on_round,
-                   idle_rounds=20 if counted else 5)
+                   idle_rounds=20)
     stored = int(model.step.numpy())
     path = manager.save(checkpoint_number=stored)
     print(f"tfcluster: trained to step {step} (global_step {stored}); saved {path}", flush=True)
