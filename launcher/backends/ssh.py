@@ -5,7 +5,8 @@ On each host a small bootstrap (launcher/remote_bootstrap.py) receives the task'
 environment and working directory as JSON on stdin, so no shell parses them, and runs the
 task in a session of its own. Signals travel to it as control lines on the same stdin; when
 that stdin ends (teardown, the launcher dies, the connection drops) the bootstrap ends the
-task's process group. One master connection per host (ControlMaster) carries all its tasks.
+task's process group. A host's preflight connection also runs its storage probes and then
+its first task; a host with more tasks gets a master connection (ControlMaster) for them.
 """
 
 from __future__ import annotations
@@ -108,8 +109,8 @@ def parse_options(raw: dict[str, Any] | None, where: str = "ssh") -> SSHOptions:
                 raise SpecError(at, "is not an OpenSSH option name (letters and digits)")
             if name.lower() in RESERVED:
                 own = RESERVED[name.lower()]
-                raise SpecError(at, f"set by tfcluster; use {where}.{own}" if own else
-                            "set by tfcluster; it cannot be changed")
+                why = f"use {where}.{own}" if own else "it cannot be changed"
+                raise SpecError(at, f"set by tfcluster; {why}")
             if isinstance(value, bool):
                 value = "yes" if value else "no"
             elif isinstance(value, int):
@@ -147,7 +148,7 @@ def explain_ssh_error(text: str, options: SSHOptions) -> str:
                 f"e.g. with ssh-keyscan, or set ssh.strict_host_key_checking to "
                 f"\"accept-new\")")
     if "Permission denied" in text:
-        line = next(ln for ln in lines if "Permission denied" in ln)
+        line = next((ln for ln in lines if "Permission denied" in ln), "Permission denied")
         return f"authentication failed ({line}): check ssh.user and ssh.identity_file"
     for marker in ("Connection refused", "No route to host", "timed out",
                    "Could not resolve hostname", "Network is unreachable",
@@ -395,21 +396,21 @@ class SSHBackend(Backend):
         raise RuntimeError(f"no free port left in {PORT_RANGE} for {host}")
 
     def preflight(self, plan: JobPlan) -> None:
-        """Every host in parallel: connect (opening its master connection), then check each
-        task's working directory and program there. One error names every failed host. The
-        check sessions stay open: each then runs the first task started on its host."""
+        """Every host in parallel: connect, then check each task's working directory and
+        program there. One error names every failed host. The check sessions stay open:
+        each then runs its host's storage probes and first task. Hosts with several tasks
+        get a master connection first, which their other sessions share."""
         self._check_local_files()
         hosts: dict[str, list[TaskPlan]] = {}
         for task in plan.tasks:
             hosts.setdefault(task.host, []).append(task)
         deadline = time.monotonic() + max(self.spec.timeouts.get("start", 60.0),
                                           self.options.connect_timeout + 5)
-        failures: dict[str, str] = {}
-        if self.options.multiplex:    # a master where more than one session will be needed
-            failures.update(self._open_masters([h for h, ts in hosts.items() if len(ts) > 1],
-                                               deadline))
-        sessions = {h: self._session(tasks[0]) for h, tasks in hosts.items()
-                    if h not in failures}
+        several = [h for h, ts in hosts.items() if len(ts) > 1 and self.options.multiplex]
+        self._start_masters(several)
+        sessions = {h: self._session(ts[0]) for h, ts in hosts.items() if h not in several}
+        failures = self._wait_masters(several, deadline)
+        sessions.update({h: self._session(hosts[h][0]) for h in several if h not in failures})
         if sessions:
             with ThreadPoolExecutor(max_workers=len(sessions)) as pool:
                 outcomes = pool.map(lambda h: self._check(sessions[h], hosts[h], deadline),
@@ -434,9 +435,7 @@ class SSHBackend(Backend):
             if path and (not os.path.exists(path) or os.path.isdir(path)):
                 raise PreflightError(f"ssh.{key}: file not found: {path}")
 
-    def _open_masters(self, hosts: list[str], deadline: float) -> dict[str, str]:
-        """Start one master connection per host; wait until each is up or has failed."""
-        failures = {}
+    def _start_masters(self, hosts: list[str]) -> None:
         for host in hosts:
             path = self._new_control_path()
             log = tempfile.TemporaryFile()  # noqa: SIM115 - closed with the master
@@ -445,6 +444,10 @@ class SSHBackend(Backend):
                                     stderr=log, start_new_session=True,
                                     preexec_fn=_die_with_parent)
             self._masters[host] = _Master(proc, path, log)
+
+    def _wait_masters(self, hosts: list[str], deadline: float) -> dict[str, str]:
+        """Wait until each host's master is up or has failed; why each failed one did."""
+        failures = {}
         waiting = set(hosts)
         while waiting and time.monotonic() < deadline:
             for host in list(waiting):
@@ -458,7 +461,7 @@ class SSHBackend(Backend):
                                                        self.options)
             time.sleep(0.01)
         for host in waiting:
-            failures[host] = f"no answer within {self.options.connect_timeout:.0f}s"
+            failures[host] = "no connection in time (timeouts.start)"
         for host in failures:
             self._stop_master(host)
         return failures
@@ -476,7 +479,7 @@ class SSHBackend(Backend):
         if answer is not None:
             return "; ".join(answer["problems"]) or None
         if session.timed_out:
-            return "no answer to the check in time"
+            return "no answer to the check in time (timeouts.start)"
         session.close_stdin()
         try:
             status = session.proc.wait(timeout=10)

@@ -100,6 +100,16 @@ def test_unreachable_host_and_wrong_host_key_refused_before_anything_starts(host
     assert not [e for e in events(tmp_path) if e["event"] == "task_started"]
 
 
+def test_key_that_is_not_authorized_refused(hosts, tmp_path):
+    stranger = hosts.workdir / "hostkey_h2"     # a valid key, not in authorized_keys
+    spec = write_spec(tmp_path, hosts, {"chief": ["h1"]}, command=[PY_TF215, "-c", "pass"],
+                      ssh=hosts.ssh_section(identity_file=str(stranger)))
+    done = run_launch(str(spec), timeout=60)
+    assert done.returncode == 2
+    assert f"{hosts.hosts[0].address} (chief:0): authentication failed (" in done.stderr
+    assert "check ssh.user and ssh.identity_file" in done.stderr
+
+
 def test_host_key_checking_is_on_unless_turned_off(hosts, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
