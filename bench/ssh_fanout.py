@@ -2,11 +2,14 @@
 
 Each host is a network namespace with its own sshd on this machine (tests/infra/netns_hosts.py),
 one task per host. A run is what ``launch`` does before training: preflight (connect to every
-host in parallel, check its Python and working directory) and start every task; it ends when
-every task printed its first line. Clients, sshd and tasks all share this machine's cores,
-unlike real hosts, where the remote half of the work runs on each host's own CPUs.
+host in parallel, check its Python and working directory), with --storage-check the
+shared-storage check (a probe per task, through the host's preflight connection), and the
+start of every task; it ends when every task printed its first line. Clients, sshd and
+tasks all share this machine's cores, unlike real hosts, where the remote half of the work
+runs on each host's own CPUs: "launcher CPU s" is the part that stays on the launcher's.
 
-    sudo .venv/bin/python bench/ssh_fanout.py [--hosts 1 4 16] [--repeat 5] [--no-multiplex]
+    sudo .venv/bin/python bench/ssh_fanout.py [--hosts 1 4 16] [--repeat 5] [--plain-shell]
+        [--storage-check] [--no-multiplex] [--ssh-option KexAlgorithms=curve25519-sha256]
 
 Needs root (network namespaces), openssh-server and iproute2.
 """
@@ -29,6 +32,7 @@ from infra.netns_hosts import missing_prerequisites, netns_hosts  # noqa: E402
 
 from launcher.backends.ssh import SSHBackend  # noqa: E402
 from launcher.spec import validate  # noqa: E402
+from launcher.storage_check import check_shared_storage  # noqa: E402
 from launcher.tf_config import build_plan  # noqa: E402
 
 TASK = "import time; print('ready', flush=True); time.sleep(120)"
@@ -41,11 +45,11 @@ def local_cpu() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def one_run(bed, n: int, multiplex: bool,
-            options: dict[str, str] | None = None) -> tuple[float, float, float]:
+def one_run(bed, n: int, multiplex: bool, options: dict[str, str] | None = None,
+            storage_check: bool = False) -> tuple[float, float, float]:
     """(preflight s, s until every task printed 'ready', launcher-side CPU s)."""
     addresses = [h.address for h in bed.hosts[:n]]
-    raw = {"name": "fanout", "backend": "ssh", "model_dir": "/tmp/fanout",
+    raw = {"name": "fanout", "backend": "ssh", "model_dir": str(bed.workdir / "model"),
            "cluster": {"worker": addresses}, "command": [sys.executable, "-c", TASK],
            "workdir": str(REPO),
            "ssh": bed.ssh_section(multiplex=multiplex, options=options or {})}
@@ -58,6 +62,8 @@ def one_run(bed, n: int, multiplex: bool,
         t0 = time.perf_counter()
         backend.preflight(plan)
         t1 = time.perf_counter()
+        if storage_check:
+            check_shared_storage(spec, plan, backend)
         handles = [backend.start(task) for task in plan.tasks]
         for handle in handles:
             line = handle.output.readline()
@@ -87,6 +93,9 @@ def main() -> int:
     p.add_argument("--ssh-option", action="append", default=[], metavar="NAME=VALUE",
                    help="an OpenSSH option for every connection (ssh.options), e.g. "
                         "KexAlgorithms=curve25519-sha256")
+    p.add_argument("--storage-check", action="store_true",
+                   help="run the shared-storage check between preflight and start, as "
+                        "launch does (check_storage: true)")
     p.add_argument("--plain-shell", action="store_true",
                    help="hosts with an empty root ~/.bashrc (this machine's runs pyenv init: "
                         "~0.15 s of CPU per remote command)")
@@ -101,20 +110,21 @@ def main() -> int:
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp, \
             netns_hosts(tmp, count=max(args.hosts), plain_shell=args.plain_shell) as bed:
-        one_run(bed, 1, multiplex, options)   # warm-up: page cache, sshd binaries
+        one_run(bed, 1, multiplex, options, args.storage_check)   # warm-up: page cache
         runs: dict[int, list] = {n: [] for n in args.hosts}
         for _ in range(args.repeat):     # interleaved: the machine's load drifts
             for n in args.hosts:
-                runs[n].append(one_run(bed, n, multiplex, options))
+                runs[n].append(one_run(bed, n, multiplex, options, args.storage_check))
         for n, rs in runs.items():
             rows.append((n, statistics.median(r[0] for r in rs),
                          statistics.median(r[1] for r in rs), min(r[1] for r in rs),
                          statistics.median(r[2] for r in rs)))
     base = rows[0][2]
     print(f"ssh fan-out, multiplex={'on' if multiplex else 'off'}, "
-          f"{'plain' if args.plain_shell else 'this machine'}'s root .bashrc, median of "
+          f"root .bashrc {'empty' if args.plain_shell else 'of this machine'}, median of "
           f"{args.repeat} runs, one task per host (each host its own namespace and sshd); "
           f"options {options or 'none'}; "
+          f"storage check {'on' if args.storage_check else 'off'}; "
           f"load average before: {load:.1f}, after: {os.getloadavg()[0]:.1f}")
     print(f"{'hosts':>5}  {'preflight s':>11}  {'all running s':>13}  {'best s':>6}  "
           f"{'vs 1 host':>9}  {'launcher CPU s':>14}")
