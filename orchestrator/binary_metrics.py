@@ -42,16 +42,16 @@ def _check(labels: Sequence[int], scores: Sequence[float]) -> None:
 def auc(labels: Sequence[int], scores: Sequence[float]) -> float:
     """Area under the ROC curve; NaN when only one class is present."""
     _check(labels, scores)
-    order = sorted(range(len(scores)), key=lambda i: scores[i])
+    pairs = sorted(zip(scores, labels))
     rank_sum_pos = 0.0
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and scores[order[j + 1]] == scores[order[i]]:
+    i, n = 0, len(pairs)
+    while i < n:
+        j, tied_positives = i, 0
+        while j < n and pairs[j][0] == pairs[i][0]:
+            tied_positives += pairs[j][1]
             j += 1
-        average_rank = (i + j) / 2 + 1          # ranks are 1-based
-        rank_sum_pos += average_rank * sum(labels[order[k]] for k in range(i, j + 1))
-        i = j + 1
+        rank_sum_pos += tied_positives * (i + 1 + j) / 2   # ranks i+1..j, averaged
+        i = j
     positives = sum(labels)
     negatives = len(labels) - positives
     if positives == 0 or negatives == 0:
