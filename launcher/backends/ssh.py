@@ -274,6 +274,7 @@ class SSHHandle(TaskHandle):
                     pass
         finally:
             os.close(self._write_end)
+            self.proc.stderr.close()
 
     def poll(self) -> int | None:
         code = self.proc.poll()

@@ -108,6 +108,17 @@ class NetnsHosts:
         section.update(overrides)
         return section
 
+    def ssh_config(self) -> Path:
+        """An ssh_config file for these hosts (what a user's ~/.ssh/config would hold)."""
+        path = self.workdir / "ssh_config"
+        path.write_text(f"Host *\n  User root\n  IdentityFile {self.client_key}\n"
+                        f"  IdentitiesOnly yes\n  UserKnownHostsFile {self.known_hosts}\n"
+                        f"  BatchMode yes\n")
+        return path
+
+    def sshd_log(self, host: Host) -> str:
+        return (self.workdir / f"sshd_{host.name}.log").read_text(errors="replace")
+
     def processes(self, host: Host) -> list[psutil.Process]:
         """Live processes inside ``host``'s namespace, its sshd listener excluded."""
         inode = host.netns_inode()

@@ -100,6 +100,22 @@ def test_unreachable_host_and_wrong_host_key_refused_before_anything_starts(host
     assert not [e for e in events(tmp_path) if e["event"] == "task_started"]
 
 
+def test_user_ssh_config_and_proxy_jump_are_used(hosts, tmp_path):
+    """Settings come from an ssh config file, as from ~/.ssh/config, and the connection to
+    h2 goes through h1 (ProxyJump): h2's sshd sees it coming from h1's address."""
+    h1, h2 = hosts.hosts[0], hosts.hosts[1]
+    out = tmp_path / "out"
+    out.mkdir()
+    spec = write_spec(tmp_path, hosts, {"chief": ["h2"]},
+                      command=[PY_TF215, str(JOBS / "record_args.py"), str(out), "via h1"],
+                      ssh={"config_file": str(hosts.ssh_config()),
+                           "options": {"ProxyJump": h1.address}})
+    done = run_launch(str(spec), timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((out / "chief-0.json").read_text())["host"] == "h2"
+    assert f"Accepted publickey for root from {h1.address} " in hosts.sshd_log(h2)
+
+
 def test_key_that_is_not_authorized_refused(hosts, tmp_path):
     stranger = hosts.workdir / "hostkey_h2"     # a valid key, not in authorized_keys
     spec = write_spec(tmp_path, hosts, {"chief": ["h1"]}, command=[PY_TF215, "-c", "pass"],
