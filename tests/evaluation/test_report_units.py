@@ -1,4 +1,5 @@
-"""`launch report` and the metrics table without a job: bad run dirs, empty runs."""
+"""`launch report`, the metrics table and `launch evaluate` without a job: bad run dirs,
+empty runs, bad evaluate arguments (exit 2, one message, before TensorFlow starts)."""
 
 from __future__ import annotations
 
@@ -40,3 +41,25 @@ def test_report_of_a_run_without_data_still_draws(tmp_path):
     assert (tmp_path / "report.png").read_bytes().startswith(b"\x89PNG")
     page = (tmp_path / "report.html").read_text()
     assert "No checkpoint was evaluated" in page and "no summary" in page
+
+
+def test_evaluate_bad_input_is_one_message_and_exit_2(tmp_path):
+    model = tmp_path / "export" / "1700000000"
+    model.mkdir(parents=True)
+    (model / "saved_model.pb").write_bytes(b"")
+    data = tmp_path / "data.csv"
+    data.write_text("x,label\n0.5,1\n")
+    cases = [
+        (["--model", str(tmp_path / "none"), "--data", str(data)], "no such directory"),
+        (["--model", str(tmp_path), "--data", str(data)], "holds no saved_model.pb"),
+        (["--model", str(model.parent), "--data", str(tmp_path / "x.csv")], "file not found"),
+        (["--model", str(model), "--data", str(data), "--label", "y"], "no label column 'y'"),
+        (["--model", str(model), "--data", str(data), "--python", str(tmp_path / "py")],
+         "cannot run"),
+        (["--model", str(model)], "required: --data"),
+    ]
+    for args, message in cases:
+        done = run_launch("evaluate", *args, timeout=60)
+        assert done.returncode == 2, (args, done.stderr)
+        assert message in done.stderr, (args, done.stderr)
+        assert "Traceback" not in done.stderr
