@@ -20,8 +20,10 @@ BACKENDS = ("local", "ssh", "slurm", "kubernetes")
 TOP_LEVEL_KEYS = (
     "name", "cluster", "evaluator", "command", "model_dir", "max_steps", "epochs", "examples",
     "batch_size", "backend", "env", "workdir", "run_dir", "timeouts", "restart", "resources",
-    "check_storage", "ssh", "slurm", "kubernetes", "$schema", "description",
+    "check_storage", "ssh", "slurm", "kubernetes", "$schema", "description", "strategy",
 )
+# How the job trains: who reads training data and what one global step is.
+STRATEGIES = ("estimator", "parameter_server", "multi_worker_mirrored")
 TIMEOUT_DEFAULTS = {
     "start": 60.0,      # a task that cannot start in this time (remote checks, allocation)
     "stall": 300.0,     # no new step or checkpoint for this long ends the job
@@ -69,6 +71,7 @@ class Spec:
     examples: int | None = None
     batch_size: int | None = None
     backend: str = "local"
+    strategy: str = "estimator"
     env: dict[str, str] = field(default_factory=dict)
     workdir: str | None = None
     run_dir: str | None = None
@@ -81,14 +84,18 @@ class Spec:
 
     @property
     def trainers(self) -> list[tuple[str, int]]:
-        """The tasks that read training data, in shard order: chief (or master), then workers."""
-        order = [j for j in ("chief", "master", "worker") if j in self.cluster]
+        """The tasks that read training data, in shard order: chief (or master), then workers.
+        Under ParameterServerStrategy the chief only coordinates: the workers alone."""
+        jobs = ("worker",) if self.strategy == "parameter_server" else ("chief", "master",
+                                                                         "worker")
+        order = [j for j in jobs if j in self.cluster]
         return [(j, i) for j in order for i in range(len(self.cluster[j]))]
 
     @property
     def synchronous(self) -> bool:
-        """No ps and several trainers: collective (MultiWorkerMirroredStrategy) training."""
-        return "ps" not in self.cluster and len(self.trainers) > 1
+        """Collective (MultiWorkerMirroredStrategy) training: one step is one batch on every
+        trainer at once."""
+        return self.strategy == "multi_worker_mirrored"
 
 
 def load_spec(path: str) -> Spec:
@@ -371,6 +378,18 @@ def validate(raw: Any, source: str | None = None) -> Spec:
     if backend not in BACKENDS:
         raise _fail("backend", f"unknown backend {backend!r} (allowed: {', '.join(BACKENDS)})")
 
+    n_trainers = sum(len(cluster.get(j, [])) for j in ("chief", "master", "worker"))
+    inferred = ("multi_worker_mirrored" if "ps" not in cluster and n_trainers > 1
+                else "estimator")
+    strategy = expect_str(spec_obj.get("strategy", inferred), "strategy")
+    if strategy not in STRATEGIES:
+        raise _fail("strategy", f"unknown strategy {strategy!r} (allowed: "
+                                f"{', '.join(STRATEGIES)})")
+    if strategy == "parameter_server" and ("ps" not in cluster or "worker" not in cluster):
+        raise _fail("strategy", "parameter_server needs at least one ps and one worker")
+    if strategy == "multi_worker_mirrored" and "ps" in cluster:
+        raise _fail("strategy", "multi_worker_mirrored takes no ps (remove cluster.ps)")
+
     env: dict[str, str] = {}
     if "env" in spec_obj:
         for key, value in expect_dict(spec_obj["env"], "env").items():
@@ -405,6 +424,7 @@ def validate(raw: Any, source: str | None = None) -> Spec:
         examples=examples,
         batch_size=batch_size,
         backend=backend,
+        strategy=strategy,
         env=env,
         workdir=expect_str(spec_obj["workdir"], "workdir") if "workdir" in spec_obj else None,
         run_dir=expect_str(spec_obj["run_dir"], "run_dir") if "run_dir" in spec_obj else None,

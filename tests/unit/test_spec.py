@@ -96,3 +96,11 @@ def test_broken_json_names_line_and_column():
 
 def test_top_level_must_be_an_object():
     assert error_of("[1, 2]") == "spec: must be an object, got a list"
+
+
+def test_strategy_is_checked_against_the_cluster():
+    assert "strategy: multi_worker_mirrored takes no ps" in error_of(
+        spec_text(strategy="multi_worker_mirrored"))
+    assert "strategy: unknown strategy 'pss'" in error_of(spec_text(strategy="pss"))
+    assert parse_spec(spec_text(strategy="parameter_server")).trainers == [("worker", 0),
+                                                                          ("worker", 1)]

@@ -78,3 +78,21 @@ def test_local_mapping_rewrites_hosts():
                    host_for=lambda h: "localhost")
     assert {t.host for t in plan.tasks} == {"localhost"}
     assert plan.task("ps").port == 2222
+
+
+def test_parameter_server_strategy_shards_over_the_workers_only():
+    doc = {**BASE, "strategy": "parameter_server", "epochs": 1, "examples": 1000,
+           "batch_size": 100}
+    del doc["max_steps"]
+    plan = plan_of(doc)
+    assert plan.max_steps == 10  # 2 workers x 5 batches; the coordinating chief reads nothing
+    assert "TFCLUSTER_SHARD_INDEX" not in plan.task("chief").env
+    assert plan.task("chief").env["TFCLUSTER_NUM_SHARDS"] == "2"
+    assert [plan.task("worker", i).env["TFCLUSTER_SHARD_INDEX"] for i in (0, 1)] == ["0", "1"]
+
+
+def test_without_ps_several_trainers_train_synchronously():
+    doc = {"cluster": {"chief": 1, "worker": 1}, "command": ["x"], "model_dir": "m",
+           "epochs": 1, "examples": 1000, "batch_size": 100}
+    plan = plan_of(doc)
+    assert plan.max_steps == 5  # one global step is a batch on both trainers
