@@ -137,8 +137,6 @@ def build_plan(
             env["TFCLUSTER_MAX_STEPS"] = str(max_steps)
         if (job, i) in shard_of:
             env["TFCLUSTER_SHARD_INDEX"] = str(shard_of[(job, i)])
-        if (job, i) in shard_of or job in ("chief", "master"):
-            # Under ParameterServerStrategy the chief's dataset function shards per worker.
             env["TFCLUSTER_NUM_SHARDS"] = str(len(spec.trainers))
         if spec.epochs is not None:
             env["TFCLUSTER_EPOCHS"] = str(spec.epochs)

@@ -87,7 +87,7 @@ def test_parameter_server_strategy_shards_over_the_workers_only():
     plan = plan_of(doc)
     assert plan.max_steps == 10  # 2 workers x 5 batches; the coordinating chief reads nothing
     assert "TFCLUSTER_SHARD_INDEX" not in plan.task("chief").env
-    assert plan.task("chief").env["TFCLUSTER_NUM_SHARDS"] == "2"
+    assert plan.task("worker", 1).env["TFCLUSTER_NUM_SHARDS"] == "2"
     assert [plan.task("worker", i).env["TFCLUSTER_SHARD_INDEX"] for i in (0, 1)] == ["0", "1"]
 
 
