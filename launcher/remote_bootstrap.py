@@ -48,6 +48,18 @@ def say(text):
         pass
 
 
+def die_with_bootstrap():
+    """A preexec function (Linux; else None): the task gets SIGTERM when the bootstrap
+    itself is killed. libc is loaded here, before the fork."""
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None).prctl
+    except (OSError, AttributeError):
+        return None
+    return lambda: prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def killpg(pgid, sig):
     try:
         os.killpg(pgid, sig)
@@ -136,7 +148,8 @@ def run(desc):
         return 127
     try:
         child = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-                                 stderr=subprocess.STDOUT, start_new_session=True)
+                                 stderr=subprocess.STDOUT, start_new_session=True,
+                                 preexec_fn=die_with_bootstrap())
     except OSError as e:
         say(f"cannot start {argv[0]} on {socket.gethostname()}: {e.strerror}")
         status = 127 if isinstance(e, FileNotFoundError) else 126
