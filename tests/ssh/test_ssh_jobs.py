@@ -5,8 +5,10 @@ model_dir is refused, and a real Estimator job runs across the hosts."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -124,6 +126,37 @@ def test_key_that_is_not_authorized_refused(hosts, tmp_path):
     assert done.returncode == 2
     assert f"{hosts.hosts[0].address} (chief:0): authentication failed (" in done.stderr
     assert "check ssh.user and ssh.identity_file" in done.stderr
+
+
+def test_host_that_never_answers_is_refused_after_the_timeout(hosts, tmp_path):
+    """A host whose port 22 accepts connections and then says nothing (a hung sshd)."""
+    silent = str(hosts.subnet.network_address + 1)     # the bridge: this machine's side
+    held = []
+    with socket.create_server((silent, 22)) as server:
+        server.settimeout(0.2)
+
+        def accept():
+            while not done_event.is_set():
+                with contextlib.suppress(OSError):
+                    held.append(server.accept()[0])
+
+        done_event = threading.Event()
+        acceptor = threading.Thread(target=accept, daemon=True)
+        acceptor.start()
+        spec = write_spec(tmp_path, hosts, {"chief": ["h1"], "worker": [silent]},
+                          command=[PY_TF215, "-c", "pass"],
+                          ssh=hosts.ssh_section(connect_timeout=2),
+                          timeouts={"start": 4, "kill": 2})
+        done = run_launch(str(spec), timeout=120)
+        done_event.set()
+        acceptor.join()
+        for conn in held:
+            conn.close()
+    assert done.returncode == 2, done.stderr
+    assert "ssh preflight failed on 1 of 2 hosts; nothing was started" in done.stderr
+    line = next(ln for ln in done.stderr.splitlines() if f"{silent} (worker:0): " in ln)
+    assert "timed out" in line or "in time" in line      # ssh's ConnectTimeout, or ours
+    assert held, done.stderr                     # ssh did connect, and got no answer
 
 
 def test_host_key_checking_is_on_unless_turned_off(hosts, tmp_path):
