@@ -364,8 +364,12 @@ class Job:
         """After training: wait for trainers and the evaluator, then stop the rest."""
         now = time.monotonic()
         waiting = []
+        # ParameterServerStrategy workers only serve the chief: once it succeeded, they are
+        # done; in other jobs every trainer gets ``finish`` to end on its own.
+        servers = self.plan.strategy == "parameter_server" and self.primary.status == 0
         for run in self.live():
-            if run.task.type in TRAINERS and now - since < self.timeouts["finish"]:
+            if run.task.type in TRAINERS and now - since < self.timeouts["finish"] and not (
+                    servers and run.task.type == "worker"):
                 waiting.append(run)
             elif run.task.type == "evaluator" and now - since < self.timeouts["evaluator"]:
                 waiting.append(run)

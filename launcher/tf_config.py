@@ -49,13 +49,15 @@ class JobPlan:
     model_dir: str
     max_steps: int | None
     tasks: list[TaskPlan] = field(default_factory=list)
+    strategy: str = "estimator"
 
     def task(self, type_: str, index: int = 0) -> TaskPlan:
         return next(t for t in self.tasks if t.type == type_ and t.index == index)
 
     def to_dict(self) -> dict:
         return {"run_id": self.run_id, "name": self.name, "model_dir": self.model_dir,
-                "max_steps": self.max_steps, "tasks": [t.to_dict() for t in self.tasks]}
+                "max_steps": self.max_steps, "strategy": self.strategy,
+                "tasks": [t.to_dict() for t in self.tasks]}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
@@ -143,5 +145,5 @@ def build_plan(
             env["TFCLUSTER_EXAMPLES"] = str(spec.examples)
             env["TFCLUSTER_BATCH_SIZE"] = str(spec.batch_size)
         tasks.append(TaskPlan(job, i, host, port, list(argv), env, spec.workdir, auto))
-    return JobPlan(run_id, spec.name, spec.model_dir, max_steps, tasks)
+    return JobPlan(run_id, spec.name, spec.model_dir, max_steps, tasks, spec.strategy)
 
