@@ -96,10 +96,26 @@ def find_program(program, cwd, path):
     return shutil.which(program, path=path)
 
 
+def port_taken(port):
+    """True when binding *:PORT fails here (what TensorFlow's server would do)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("", port))
+        except OSError:
+            return True
+    return False
+
+
 def check(nonce, items):
-    """Preflight: every task's working directory and program, as one JSON line."""
+    """Preflight: every task's working directory, program and port given in the spec, as
+    one JSON line."""
     problems = []
     for item in items:
+        if item.get("port") and port_taken(item["port"]):
+            problems.append(f"{item['task']}: port {item['port']} is already in use on "
+                            f"this host (pick another port in the spec, or leave the port "
+                            f"out to get a free one)")
         cwd, program = item.get("cwd"), item["program"]
         if cwd and not os.path.isdir(cwd):
             problems.append(f"{item['task']}: working directory {cwd} does not exist")

@@ -397,10 +397,11 @@ class SSHBackend(Backend):
         raise RuntimeError(f"no free port left in {PORT_RANGE} for {host}")
 
     def preflight(self, plan: JobPlan) -> None:
-        """Every host in parallel: connect, then check each task's working directory and
-        program there. One error names every failed host. The check sessions stay open:
-        each then runs its host's storage probes and first task. Hosts with several tasks
-        get a master connection first, which their other sessions share."""
+        """Every host in parallel: connect, then check each task's working directory,
+        program and explicit port there. One error names every failed host. The check
+        sessions stay open: each then runs its host's storage probes and first task. Hosts
+        with several tasks get a master connection first, which their other sessions
+        share."""
         self._check_local_files()
         hosts: dict[str, list[TaskPlan]] = {}
         for task in plan.tasks:
@@ -475,7 +476,8 @@ class SSHBackend(Backend):
     def _check(self, session: SSHHandle, tasks: list[TaskPlan], deadline: float) -> str | None:
         """Why the host failed its check, or None."""
         items = [{"task": t.name, "program": t.command[0], "cwd": t.cwd,
-                  "path": t.env.get("PATH")} for t in tasks]
+                  "path": t.env.get("PATH"), "port": None if t.auto_port else t.port}
+                 for t in tasks]
         answer, other = session.ask({"check": items}, max(1.0, deadline - time.monotonic()))
         if answer is not None:
             return "; ".join(answer["problems"]) or None

@@ -82,9 +82,13 @@ def nothing_left_on_hosts(request):
 
 
 def write_spec(path: Path, bed: NetnsHosts, cluster: dict, **fields) -> Path:
-    """A spec for the ssh backend on the test hosts; ``cluster`` names hosts h1..h3."""
+    """A spec for the ssh backend on the test hosts; ``cluster`` names hosts h1..h3
+    (``h2:2345`` with a port)."""
     def address(name: str) -> str:
-        return bed.hosts[int(name[1:]) - 1].address if name.startswith("h") else name
+        host, _, port = name.partition(":")
+        if not (host.startswith("h") and host[1:].isdigit()):
+            return name
+        return bed.hosts[int(host[1:]) - 1].address + (f":{port}" if port else "")
 
     doc = {"name": "ssh-test", "backend": "ssh",
            "cluster": {job: [address(h) for h in names] for job, names in cluster.items()},

@@ -199,6 +199,26 @@ def test_missing_working_directory_and_program_refused(hosts, tmp_path):
     assert "chief:0: program /no/such/program not found or not executable" in done.stderr
 
 
+def test_explicit_port_taken_on_its_host_refused(hosts, tmp_path):
+    h2 = hosts.hosts[1]
+    taken = subprocess.Popen(["ip", "netns", "exec", h2.netns, PY_TF215, "-c",
+                              "import socket, time; s = socket.create_server(('', 2345)); "
+                              "print('listening', flush=True); time.sleep(60)"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert taken.stdout.readline().strip() == "listening"
+        spec = write_spec(tmp_path, hosts, {"chief": ["h1:2345"], "ps": ["h2:2345"]},
+                          command=[PY_TF215, "-c", "pass"])
+        done = run_launch(str(spec), timeout=60)
+    finally:
+        taken.kill()
+        taken.wait()
+    assert done.returncode == 2
+    assert f"{h2.address} (ps:0): ps:0: port 2345 is already in use on this host" \
+        in done.stderr
+    assert "chief:0" not in done.stderr        # the same port is free on h1
+
+
 def test_failed_task_stops_every_host(hosts, tmp_path):
     spec = write_spec(tmp_path, hosts, {"chief": ["h1"], "worker": ["h2"], "ps": ["h3"]},
                       command=[PY_TF215, SLEEPER, "--fail", "worker:0", "--stubborn", "ps:0"])
