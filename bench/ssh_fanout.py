@@ -46,9 +46,9 @@ def local_cpu() -> float:
 
 
 def one_run(bed, n: int, multiplex: bool, options: dict[str, str] | None = None,
-            storage_check: bool = False) -> tuple[float, float, float]:
+            storage_check: bool = False, per_host: int = 1) -> tuple[float, float, float]:
     """(preflight s, s until every task printed 'ready', launcher-side CPU s)."""
-    addresses = [h.address for h in bed.hosts[:n]]
+    addresses = [h.address for h in bed.hosts[:n] for _ in range(per_host)]
     raw = {"name": "fanout", "backend": "ssh", "model_dir": str(bed.workdir / "model"),
            "cluster": {"worker": addresses}, "command": [sys.executable, "-c", TASK],
            "workdir": str(REPO),
@@ -93,6 +93,9 @@ def main() -> int:
     p.add_argument("--ssh-option", action="append", default=[], metavar="NAME=VALUE",
                    help="an OpenSSH option for every connection (ssh.options), e.g. "
                         "KexAlgorithms=curve25519-sha256")
+    p.add_argument("--tasks-per-host", type=int, default=1,
+                   help="tasks on each host (the first runs in the preflight connection, the "
+                        "others in sessions of the host's master connection)")
     p.add_argument("--storage-check", action="store_true",
                    help="run the shared-storage check between preflight and start, as "
                         "launch does (check_storage: true)")
@@ -110,11 +113,12 @@ def main() -> int:
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp, \
             netns_hosts(tmp, count=max(args.hosts), plain_shell=args.plain_shell) as bed:
-        one_run(bed, 1, multiplex, options, args.storage_check)   # warm-up: page cache
+        one_run(bed, 1, multiplex, options)   # warm-up: page cache
         runs: dict[int, list] = {n: [] for n in args.hosts}
         for _ in range(args.repeat):     # interleaved: the machine's load drifts
             for n in args.hosts:
-                runs[n].append(one_run(bed, n, multiplex, options, args.storage_check))
+                runs[n].append(one_run(bed, n, multiplex, options, args.storage_check,
+                                       args.tasks_per_host))
         for n, rs in runs.items():
             rows.append((n, statistics.median(r[0] for r in rs),
                          statistics.median(r[1] for r in rs), min(r[1] for r in rs),
@@ -122,7 +126,8 @@ def main() -> int:
     base = rows[0][2]
     print(f"ssh fan-out, multiplex={'on' if multiplex else 'off'}, "
           f"root .bashrc {'empty' if args.plain_shell else 'of this machine'}, median of "
-          f"{args.repeat} runs, one task per host (each host its own namespace and sshd); "
+          f"{args.repeat} runs, {args.tasks_per_host} task(s) per host (each host its own "
+          f"namespace and sshd); "
           f"options {options or 'none'}; "
           f"storage check {'on' if args.storage_check else 'off'}; "
           f"load average before: {load:.1f}, after: {os.getloadavg()[0]:.1f}")
