@@ -35,8 +35,10 @@ def run_job(example: str, python: str, tmp_path: Path, *flags: str):
         "cluster": {"chief": 1, "worker": 2, "ps": 1},
         "model_dir": str(tmp_path / "model"),
         "epochs": EPOCHS, "examples": EXAMPLES, "batch_size": BATCH,
-        "timeouts": {"finish": 60 if example == "estimator" else 2},
+        "timeouts": {"finish": 60},
     }
+    if example == "pss":
+        spec["strategy"] = "parameter_server"   # workers serve; the launcher stops them
     path = tmp_path / "spec.json"
     path.write_text(json.dumps(spec))
     run_dir = tmp_path / "run"
