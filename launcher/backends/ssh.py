@@ -213,10 +213,13 @@ class SSHHandle(TaskHandle):
             self._message(desc)
         return self
 
-    def ask(self, message: dict, timeout: float) -> tuple[dict | None, list[str]]:
+    def ask(self, message: dict, timeout: float) -> tuple[dict | None, list[str]] | None:
         """Send a check or probe; its answer (None when none came in ``timeout`` s: then the
-        session is killed) and the other lines seen meanwhile (ssh's errors)."""
+        session is killed) and the other lines seen meanwhile (ssh's errors). None when the
+        session already runs its task."""
         with self._asking:
+            if self.task is not None:
+                return None
             found: list = [None, []]
             reader = threading.Thread(target=self._read_answer, args=(found,), daemon=True)
             self._message(message)
@@ -478,7 +481,8 @@ class SSHBackend(Backend):
         items = [{"task": t.name, "program": t.command[0], "cwd": t.cwd,
                   "path": t.env.get("PATH"), "port": None if t.auto_port else t.port}
                  for t in tasks]
-        answer, other = session.ask({"check": items}, max(1.0, deadline - time.monotonic()))
+        reply = session.ask({"check": items}, max(1.0, deadline - time.monotonic()))
+        answer, other = reply or (None, [])
         if answer is not None:
             return "; ".join(answer["problems"]) or None
         if session.timed_out:
@@ -532,16 +536,19 @@ class SSHBackend(Backend):
 
     def probe(self, task: TaskPlan, argv: list[str], timeout: float) -> ProbeResult:
         """In the host's preflight session (no new remote shell), else in a new session."""
-        with self._lock:
-            session = self._idle.get(task.host)
-        own = session is None or session.proc.poll() is not None
-        if own:
-            session = self._session(task)
         message = {"probe": {"argv": list(argv), "env": task.env, "cwd": task.cwd,
                              "timeout": timeout}}
-        answer, other = session.ask(message, timeout + self.options.connect_timeout + 10)
-        if own:
+        wait = timeout + self.options.connect_timeout + 10
+        with self._lock:
+            session = self._idle.get(task.host)
+        reply = None
+        if session is not None and session.proc.poll() is None:
+            reply = session.ask(message, wait)     # None: it started its task meanwhile
+        if reply is None:
+            session = self._session(task)
+            reply = session.ask(message, wait)
             session.discard()
+        answer, other = reply
         if answer is None:
             return ProbeResult(124 if session.timed_out else 255,
                                "\n".join(other) or f"no answer within {timeout:.0f}s")

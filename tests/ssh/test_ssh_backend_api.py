@@ -1,0 +1,71 @@
+"""The ssh backend through its interface (what the job loop and the storage check call):
+probes run where the task will run, with its environment, before and after the task
+started, and end at their timeout; signals reach the task's whole process group."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+from conftest import PY_TF215
+
+from launcher.backends.ssh import SSHBackend
+from launcher.spec import validate
+from launcher.tf_config import build_plan
+
+
+def make_backend(bed, command: list[str]):
+    raw = {"name": "api", "backend": "ssh", "model_dir": str(bed.workdir / "model"),
+           "cluster": {"chief": [bed.hosts[0].address], "worker": [bed.hosts[1].address]},
+           "command": command, "env": {"GREETING": "it's $(not) run"},
+           "timeouts": {"kill": 2}, "ssh": bed.ssh_section()}
+    spec = validate(raw)
+    backend = SSHBackend(spec, SSHBackend.validate_options(raw["ssh"], "ssh"))
+    return backend, build_plan(spec, port_for=backend.allocate_port)
+
+
+def wait_status(handle, timeout: float = 30) -> int | None:
+    deadline = time.monotonic() + timeout
+    while handle.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return handle.poll()
+
+
+def gone(bed, host, timeout: float = 10) -> bool:
+    deadline = time.monotonic() + timeout
+    while bed.processes(host) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not bed.processes(host)
+
+
+def test_probes_before_and_after_start_and_group_signals(hosts):
+    script = ("import os, subprocess, sys, time; "
+              "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)']); "
+              "print('up', os.environ['TFCLUSTER_TASK'], flush=True); time.sleep(300)")
+    backend, plan = make_backend(hosts, [PY_TF215, "-c", script])
+    chief, worker = plan.task("chief"), plan.task("worker")
+    show = ["sh", "-c", 'echo "$GREETING" on $(hostname); exit 3']
+    handles = []
+    try:
+        backend.preflight(plan)
+        before = backend.probe(worker, show, timeout=30)        # in h2's preflight session
+        assert (before.returncode, before.output) == (3, "it's $(not) run on h2\n")
+        handles = [backend.start(chief), backend.start(worker)]
+        for handle in handles:
+            assert handle.output.readline().decode().startswith(f"up {handle.task.name}")
+        after = backend.probe(worker, show, timeout=30)         # in a new session
+        assert (after.returncode, after.output) == (3, "it's $(not) run on h2\n")
+        slow = backend.probe(chief, ["sleep", "60"], timeout=1)
+        assert slow.returncode == 124
+        assert [h.poll() for h in handles] == [None, None]     # the probes left them alone
+        handles[0].signal(signal.SIGTERM)
+        assert wait_status(handles[0]) == -signal.SIGTERM
+        assert gone(hosts, hosts.hosts[0])                      # its grandchild too
+        handles[1].kill()
+        assert wait_status(handles[1]) == -signal.SIGKILL
+    finally:
+        for handle in handles:
+            handle.kill()
+            wait_status(handle)
+            handle.output.close()
+        backend.close()
