@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from launcher.spec import TOP_LEVEL_KEYS
+
 
 @dataclass(frozen=True)
 class Raw:
@@ -23,9 +25,7 @@ class Path:
 
 
 DROP = object()
-TOP_KEYS = ("$schema, backend, batch_size, check_storage, cluster, command, description, env, "
-            "epochs, evaluator, examples, kubernetes, max_steps, model_dir, name, resources, "
-            "restart, run_dir, slurm, ssh, timeouts, workdir")
+TOP_KEYS = ", ".join(sorted(TOP_LEVEL_KEYS))    # the list grows with the spec
 E = "launch: error: {spec}: "
 
 CASES: list[tuple[str, object, list[str], str]] = [
@@ -168,6 +168,11 @@ CASES: list[tuple[str, object, list[str], str]] = [
      E + "restart.ps.max_restarts: must be at least 0, got -1"),
     ("restart-negative-backoff", {"restart": {"chief": {"backoff": -2}}}, [],
      E + "restart.chief.backoff: must be at least 0.0, got -2"),
+    ("unknown-strategy", {"strategy": "horovod"}, [],
+     E + "strategy: unknown strategy 'horovod' (allowed: estimator, parameter_server, "
+         "multi_worker_mirrored)"),
+    ("pss-without-worker", {"cluster": {"chief": 1, "ps": 1}, "strategy": "parameter_server"},
+     [], E + "strategy: parameter_server needs at least one ps and one worker"),
     ("check-storage-string", {"check_storage": "yes"}, [],
      E + "check_storage: must be true or false, got a string"),
     ("resources-memory", {"resources": {"worker": {"memory": "lots"}}}, [],
