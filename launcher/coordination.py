@@ -86,21 +86,21 @@ def _duration(secs: float) -> str:
 
 
 def progress_line(p: Progress, waited: float) -> str:
-    """One line: where training stands."""
-    ckpt = p.checkpoint
-    if ckpt is None:
-        line = f"waiting for the first checkpoint ({_duration(waited)})"
-    elif ckpt.step is None:
-        line = f"checkpoint {ckpt.name} (save {ckpt.number}; TF2 names count saves, not steps)"
+    """One line: where training stands (the step from the events file when it is ahead of
+    the newest complete checkpoint)."""
+    ckpt, step = p.checkpoint, p.latest_step
+    if step is None:
+        line = (f"checkpoint {ckpt.name} (save {ckpt.number}; TF2 names count saves, not steps)"
+                if ckpt else f"waiting for the first checkpoint ({_duration(waited)})")
     else:
-        total = f"/{p.max_steps} ({100 * min(ckpt.step, p.max_steps) // p.max_steps}%)" \
+        total = f"/{p.max_steps} ({100 * min(step, p.max_steps) // p.max_steps}%)" \
             if p.max_steps else ""
-        line = f"step {ckpt.step}{total}"
+        line = f"step {step}{total}"
         if p.steps_per_sec is not None:
             line += f", {p.steps_per_sec:.1f} steps/s"
         if p.eta_secs is not None and not p.reached_max_steps:
             line += f", ETA {_duration(p.eta_secs)}"
-        line += f", checkpoint {ckpt.name}"
+        line += f", checkpoint {ckpt.name}" if ckpt else ", no complete checkpoint yet"
     if p.latest_eval:
         ev = p.latest_eval
         metrics = ", ".join(f"{k}={v:.4g}" if isinstance(v, (int, float)) else f"{k}={v}"

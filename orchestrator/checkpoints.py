@@ -101,7 +101,8 @@ def shard_name(prefix: str, i: int, k: int) -> str:
     return f"{prefix}.data-{i:05d}-of-{k:05d}"
 
 
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    """A protobuf varint at ``pos``: (value, position after it)."""
     value = shift = 0
     while True:
         if pos >= len(buf):
@@ -124,21 +125,21 @@ def num_shards_from_index_head(head: bytes) -> int | None:
     varint shared=0, varint key length=0, varint value length, value.
     """
     try:
-        shared, pos = _varint(head, 0)
-        key_len, pos = _varint(head, pos)
-        value_len, pos = _varint(head, pos)
+        shared, pos = read_varint(head, 0)
+        key_len, pos = read_varint(head, pos)
+        value_len, pos = read_varint(head, pos)
         if shared or key_len or pos + value_len > len(head):
             return None
         value, pos = head[pos:pos + value_len], 0
         while pos < len(value):
-            tag, pos = _varint(value, pos)
+            tag, pos = read_varint(value, pos)
             number, wire = tag >> 3, tag & 7
             if wire == 0:
-                v, pos = _varint(value, pos)
+                v, pos = read_varint(value, pos)
                 if number == 1:
                     return v if v >= 1 else None
             elif wire == 2:
-                length, pos = _varint(value, pos)
+                length, pos = read_varint(value, pos)
                 pos += length
             elif wire == 5:
                 pos += 4

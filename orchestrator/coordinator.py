@@ -2,9 +2,10 @@
 
 A ``Coordinator`` polls model_dir in a thread of its own every ``poll`` seconds (through
 ``CheckpointReader``: cost independent of the number of files) and keeps a ``Progress``
-snapshot: newest complete checkpoint, its step, steps per second, ETA, the latest
-evaluation (``tfcluster_metrics.jsonl``), and when training last showed a sign of life (a
-new checkpoint, or the chief's events file growing). ``judge(tasks)`` turns that snapshot
+snapshot: newest complete checkpoint, its step, the newest step in the chief's events file
+(summaries come more often than checkpoints), steps per second, ETA, the latest evaluation
+(``tfcluster_metrics.jsonl``), and when training last showed a sign of life (a new
+checkpoint, or the chief's events file growing). ``judge(tasks)`` turns that snapshot
 and the tasks' liveness (given by whoever runs the tasks) into a ``Verdict``:
 
 - ``finish`` when the newest complete checkpoint reached max_steps;
@@ -21,12 +22,13 @@ from __future__ import annotations
 
 import collections
 import json
+import struct
 import threading
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from orchestrator.checkpoints import Checkpoint, CheckpointReader
+from orchestrator.checkpoints import Checkpoint, CheckpointReader, read_varint
 
 METRICS_FILE = "tfcluster_metrics.jsonl"
 EVENTS_PREFIX = "events.out.tfevents."
@@ -34,6 +36,7 @@ TRAINER_TYPES = ("chief", "master", "worker")
 RATE_WINDOW = 20           # checkpoints kept to estimate steps per second
 METRICS_TAIL_BYTES = 16384  # a new eval line is looked for in the file's last bytes
 EVENTS_REDISCOVER_SECS = 30.0
+EVENTS_READ_MAX = 4 << 20   # bytes of new events read per poll at most
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,7 @@ class Progress:
     last_activity: float = 0.0       # monotonic time of the last sign of training
     last_activity_what: str = "the coordinator started"
     latest_eval: dict[str, Any] | None = None
+    events_step: int | None = None   # newest global step in the chief's events file
     named: str | None = None         # newest checkpoint the state file names
     incomplete: dict[str, list[str]] = field(default_factory=dict)  # name -> missing files
     polls: int = 0
@@ -75,6 +79,13 @@ class Progress:
     @property
     def step(self) -> int | None:
         return self.checkpoint.step if self.checkpoint else None
+
+    @property
+    def latest_step(self) -> int | None:
+        """The newest step known: from the events file (written every few summaries) or
+        the newest complete checkpoint, whichever is further."""
+        steps = [s for s in (self.step, self.events_step) if s is not None]
+        return max(steps) if steps else None
 
     @property
     def reached_max_steps(self) -> bool:
@@ -108,6 +119,8 @@ class Coordinator:
         self._history: collections.deque = collections.deque(maxlen=RATE_WINDOW)
         self._events_file: str | None = None
         self._events_size = -1
+        self._events_offset = 0
+        self._events_readable = True
         self._events_looked = -1e18
         self._metrics_size = -1
         self._finish: Verdict | None = None
@@ -182,21 +195,28 @@ class Coordinator:
             p = replace(p, incomplete=broken)
         ckpt = scan.complete
         if ckpt is not None and (p.checkpoint is None or ckpt.name != p.checkpoint.name):
-            if ckpt.step is not None:
-                self._history.append((now, ckpt.step))
-            rate = self._rate()
-            p = replace(p, checkpoint=ckpt, steps_per_sec=rate, last_activity=now,
+            self._observe(now, ckpt.step)
+            p = replace(p, checkpoint=ckpt, steps_per_sec=self._rate(), last_activity=now,
                         last_activity_what=f"checkpoint {ckpt.name}")
             self._emit("checkpoint", name=ckpt.name, step=ckpt.step, number=ckpt.number,
                        shards=ckpt.shards, path=ckpt.path)
-        if self._events_grew(now, p):
+        grew, step = self._follow_events(now, p)
+        if grew:
             p = replace(p, last_activity=now, last_activity_what="the events file grew")
+        if step is not None and (p.events_step is None or step > p.events_step):
+            self._observe(now, step)
+            p = replace(p, events_step=step, steps_per_sec=self._rate(),
+                        last_activity_what=f"step {step} in the events file")
         p = replace(p, eta_secs=self._eta(p), latest_eval=self._latest_eval(p.latest_eval))
         return p
 
     def _emit(self, event: str, **fields: Any) -> None:
         if self.on_change is not None:
             self.on_change(event, fields)
+
+    def _observe(self, now: float, step: int | None) -> None:
+        if step is not None and (not self._history or step > self._history[-1][1]):
+            self._history.append((now, step))
 
     def _rate(self) -> float | None:
         if len(self._history) < 2:
@@ -206,15 +226,17 @@ class Coordinator:
 
     @staticmethod
     def _eta(p: Progress) -> float | None:
-        if p.max_steps is None or p.step is None or not p.steps_per_sec:
+        if p.max_steps is None or p.latest_step is None or not p.steps_per_sec:
             return None
-        return max(0.0, (p.max_steps - p.step) / p.steps_per_sec)
+        return max(0.0, (p.max_steps - p.latest_step) / p.steps_per_sec)
 
-    def _events_grew(self, now: float, p: Progress) -> bool:
-        """Whether the chief's events file grew since the last poll. The file is found with
-        a listing of ``events.out.tfevents.*`` (limited to that prefix on S3) at most every
-        30 s, and only while none is known or the known one has been quiet; then one
-        ``info`` per poll."""
+    def _follow_events(self, now: float, p: Progress) -> tuple[bool, int | None]:
+        """(whether the chief's events file grew, the newest step in what was added).
+
+        The file is found with a listing of ``events.out.tfevents.*`` (limited to that
+        prefix on S3) at most every 30 s, and only while none is known or training has been
+        quiet; then one ``info`` per poll, and one ranged read of the new bytes when it grew.
+        """
         quiet = now - p.last_activity > min(self.stall / 3, EVENTS_REDISCOVER_SECS)
         if (self._events_file is None or quiet) and \
                 now - self._events_looked >= EVENTS_REDISCOVER_SECS:
@@ -222,16 +244,26 @@ class Coordinator:
             found = self.reader.list_prefix(EVENTS_PREFIX)
             if found and found[-1] != self._events_file:
                 self._events_file, self._events_size = found[-1], -1
+                self._events_offset, self._events_readable = 0, True
         if self._events_file is None:
-            return False
+            return False, None
         try:
             size = int(self.fs.info(self._events_file).get("size") or 0)
         except FileNotFoundError:
             self._events_file = None
-            return False
+            return False, None
         grew = self._events_size >= 0 and size > self._events_size
         self._events_size = size
-        return grew
+        step = None
+        if self._events_readable and size > self._events_offset:
+            end = min(size, self._events_offset + EVENTS_READ_MAX)
+            data = self.fs.cat_file(self._events_file, start=self._events_offset, end=end)
+            try:
+                step, used = newest_event_step(data)
+                self._events_offset += used
+            except ValueError:
+                self._events_readable = False   # not a TFRecord file: its growth still counts
+        return grew, step
 
     def _latest_eval(self, current: dict[str, Any] | None) -> dict[str, Any] | None:
         """The newest ``split == "eval"`` line of tfcluster_metrics.jsonl; the file's size
@@ -319,3 +351,46 @@ class Coordinator:
 
 def _names(tasks: list[TaskStatus]) -> str:
     return ", ".join(t.name for t in tasks)
+
+
+def newest_event_step(data: bytes) -> tuple[int | None, int]:
+    """(the largest ``Event.step`` in the whole TFRecords at the start of ``data``, bytes
+    they take). A record cut short at the end is left for the next read. CRCs are not
+    checked; bytes that cannot be records raise ValueError."""
+    pos, newest = 0, None
+    while pos + 12 <= len(data):
+        (length,) = struct.unpack_from("<Q", data, pos)
+        if length > 1 << 30:
+            raise ValueError("not a TFRecord length")
+        end = pos + 12 + length + 4
+        if end > len(data):
+            break
+        step = _event_step(data[pos + 12:pos + 12 + length])
+        if step is not None and (newest is None or step > newest):
+            newest = step
+        pos = end
+    return newest, pos
+
+
+def _event_step(record: bytes) -> int | None:
+    """Field 2 (step, int64) of an Event; None when absent (step 0)."""
+    pos = 0
+    while pos < len(record):
+        tag, pos = read_varint(record, pos)
+        number, wire = tag >> 3, tag & 7
+        if wire == 0:
+            value, pos = read_varint(record, pos)
+            if number == 2:
+                return value
+        elif wire == 1:
+            pos += 8
+        elif wire == 2:
+            length, pos = read_varint(record, pos)
+            pos += length
+        elif wire == 5:
+            pos += 4
+        else:
+            raise ValueError(f"wire type {wire} in an Event")
+    if pos != len(record):
+        raise ValueError("truncated Event")
+    return None

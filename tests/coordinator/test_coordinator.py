@@ -4,10 +4,11 @@ on a local directory and on S3, with a clock the test moves."""
 from __future__ import annotations
 
 import json
+import struct
 
 from tf_writes import FakeTrainer
 
-from orchestrator.coordinator import Coordinator, TaskStatus
+from orchestrator.coordinator import Coordinator, TaskStatus, newest_event_step
 
 
 class Clock:
@@ -203,3 +204,48 @@ def test_checkpoints_from_before_the_job_and_restarts_get_the_startup_time(stora
     clock.now += 2
     coord.poll_once()
     assert "last sign: a restart" in coord.judge(cluster()).reason
+
+
+def tfrecord(step: int, summary: bytes = b"") -> bytes:
+    """One TFRecord holding an Event {wall_time: 1.5, step, summary} (CRCs left zero)."""
+    event = b"\x09" + struct.pack("<d", 1.5)
+    if step:
+        event += bytes([0x10]) + _varint(step)
+    if summary:
+        event += b"\x2a" + _varint(len(summary)) + summary
+    return struct.pack("<Q", len(event)) + b"\0" * 4 + event + b"\0" * 4
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def test_event_steps_are_read_from_whole_records_only():
+    data = tfrecord(0) + tfrecord(300, b"\x0a\x04loss") + tfrecord(200)
+    assert newest_event_step(data) == (300, len(data))
+    cut = data + tfrecord(400)[:-3]
+    assert newest_event_step(cut) == (300, len(data))
+
+
+def test_steps_between_checkpoints_come_from_the_events_file(storage):
+    url, fs, _ = storage
+    clock = Clock()
+    FakeTrainer(fs, url).save(0)
+    events = f"{url}/events.out.tfevents.1700000000.host"
+    written = tfrecord(0)
+    fs.pipe_file(events, written)
+    coord = coordinator(storage, clock, max_steps=1000, stall=90)
+    coord.poll_once()
+    for step in (100, 200, 300):
+        clock.now += 10
+        written += tfrecord(step, b"\x0a\x04loss")
+        fs.pipe_file(events, written + tfrecord(step + 50)[:7])   # a record being written
+        p = coord.poll_once()
+        assert (p.step, p.events_step, p.latest_step) == (0, step, step)
+    assert p.steps_per_sec == 10.0 and p.eta_secs == 70.0
+    assert coord.judge(cluster()) is None          # finish needs a complete checkpoint

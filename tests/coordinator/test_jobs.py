@@ -14,6 +14,7 @@ import pytest
 from conftest import PY_TF215, REPO, launch_cmd, run_launch
 
 from orchestrator.checkpoints import newest_complete, stored_global_step
+from orchestrator.coordinator import newest_event_step
 
 pytestmark = pytest.mark.tf
 JOB = str(REPO / "tests" / "coordinator" / "jobs" / "repeat_forever.py")
@@ -42,6 +43,17 @@ def test_repeating_input_ends_at_the_spec_max_steps(tmp_path):
     ckpt = newest_complete(str(tmp_path / "model"))
     assert ckpt is not None and ckpt.step >= 300 and ckpt.shards == 2   # one shard per ps
     assert stored_global_step(ckpt.path) >= ckpt.step
+    # the coordinator's events reader agrees with TensorFlow's on a real events file
+    import tensorflow as tf
+
+    events_file = sorted((tmp_path / "model").glob("events.out.tfevents.*"))[-1]
+    tf_steps = []
+    try:    # the chief was stopped while writing: the file may end in a cut record
+        for event in tf.compat.v1.train.summary_iterator(str(events_file)):
+            tf_steps.append(event.step)
+    except tf.errors.DataLossError:
+        pass
+    assert (newest_event_step(events_file.read_bytes())[0] or 0) == max(tf_steps)
     assert "checkpoint model.ckpt-" in done.stderr and "reached max_steps 300" in done.stderr
     assert "progress: step " in done.stderr
     events = events_of(tmp_path)

@@ -131,3 +131,5 @@ def test_progress_line():
                                     "checkpoint model.ckpt-1200; eval at step 1000: "
                                     "accuracy=0.9123, loss=0.3")
     assert progress_line(Progress(), 75) == "progress: waiting for the first checkpoint (1m15s)"
+    ahead = Progress(max_steps=3000, checkpoint=ckpt, events_step=1500)
+    assert progress_line(ahead, 1) == "progress: step 1500/3000 (50%), checkpoint model.ckpt-1200"
