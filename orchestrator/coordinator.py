@@ -74,7 +74,7 @@ class Progress:
     incomplete: dict[str, list[str]] = field(default_factory=dict)  # name -> missing files
     polls: int = 0
     poll_errors: int = 0
-    last_error: str | None = None
+    last_error: str | None = None    # the last poll failed: model_dir cannot be read now
 
     @property
     def step(self) -> int | None:
@@ -166,7 +166,7 @@ class Coordinator:
         p = self.progress()
         try:
             p = self._poll(p)
-            p = replace(p, polls=p.polls + 1)
+            p = replace(p, polls=p.polls + 1, last_error=None)
         except Exception as e:  # noqa: BLE001 - storage errors of any fsspec backend
             p = replace(p, polls=p.polls + 1, poll_errors=p.poll_errors + 1,
                         last_error=f"{type(e).__name__}: {e}")
@@ -315,7 +315,7 @@ class Coordinator:
                                    f"({self._where(p)})", names)
         idle = self.clock() - p.last_activity
         limit = self.stall if p.named is not None else self.stall + self.startup
-        if idle >= limit:
+        if idle >= limit and p.last_error is None:   # blind: no judgement on what it can't see
             silent = trainers + [t for t in tasks if t.type == "ps" and t.alive]
             names = tuple(t.name for t in silent)
             allowed = f"timeouts.stall = {self.stall:g}s" if p.named is not None else \

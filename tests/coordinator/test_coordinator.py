@@ -132,13 +132,20 @@ def test_latest_evaluation_is_read_from_the_metrics_file(storage):
     assert latest["split"] == "eval" and latest["metrics"] == {"accuracy": 0.5}
 
 
-def test_storage_errors_are_kept_not_raised(tmp_path):
+def test_storage_errors_are_kept_not_raised_and_judge_no_stall(tmp_path):
     clock = Clock()
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "checkpoint").mkdir()   # a directory where the state file goes
-    coord = Coordinator(str(tmp_path / "model"), clock=clock)
+    coord = Coordinator(str(tmp_path / "model"), clock=clock, stall=10)
     p = coord.poll_once()
     assert p.poll_errors == 1 and p.last_error
+    clock.now += 100
+    coord.poll_once()
+    assert coord.judge(cluster()) is None            # it cannot see: it does not judge
+    assert coord.judge(cluster(ps_alive=False)).action == "fail"
+    (tmp_path / "model" / "checkpoint").rmdir()
+    assert coord.poll_once().last_error is None
+    assert coord.judge(cluster()).action == "fail"
 
 
 def test_thread_polls_until_stopped(tmp_path):
