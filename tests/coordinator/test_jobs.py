@@ -131,3 +131,20 @@ def test_a_hung_ps_is_caught_as_a_stall_naming_the_silent_tasks(tmp_path):
     assert "silent tasks still running: chief:0, ps:0" in stderr
     (decision,) = [e for e in events_of(tmp_path) if e["event"] == "coordinator"]
     assert decision["action"] == "fail" and decision["tasks"] == ["chief:0", "ps:0"]
+
+
+def test_a_job_on_s3_is_watched_and_ended_at_max_steps(s3, tmp_path):
+    """The launcher's coordinator reads an s3:// model_dir (credentials and endpoint from
+    the spec's env); the chief is a stand-in writing checkpoints there in TF's order."""
+    url = s3.url("e2e/model")
+    job = str(REPO / "tests" / "coordinator" / "jobs" / "fake_trainer.py")
+    spec = write_spec(tmp_path, model_dir=url, command=[PY_TF215, job], max_steps=500,
+                      env=s3.env(), timeouts={"poll": 0.2, "finish": 1, "stall": 60})
+    done = run_launch(str(spec), "--quiet", timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "checkpoint model.ckpt-500 reached max_steps 500" in done.stderr
+    assert f"model_dir {url}: the same storage for all 3 tasks" in done.stderr
+    reached = [e for e in events_of(tmp_path) if e["event"] == "checkpoint"]
+    assert reached[-1]["path"].startswith("s3://") and reached[-1]["step"] >= 500
+    ckpt = newest_complete(url, s3.storage_options())
+    assert ckpt.step >= 500 and ckpt.shards == 2
