@@ -70,8 +70,10 @@ def checkpoint_reader(spec) -> CheckpointReader:
                             tf2_number_is_step=TF2_NUMBER_IS_STEP)
 
 
-def task_status(run: TaskRun) -> TaskStatus:
-    ended = run.status is not None
+def task_status(run: TaskRun, restarting: bool = False) -> TaskStatus:
+    """A task as the coordinator judges it; one the job loop is about to restart is not
+    dead (its restart policy already acted)."""
+    ended = run.status is not None and not restarting
     return TaskStatus(run.name, run.task.type, run.task.address, alive=not ended,
                       exit_status=run.status_text() if ended else None, stopped=run.stopped)
 
@@ -152,7 +154,8 @@ class CoordinatorMonitor:
             self.coordinator.note_restart()
         p = self.coordinator.progress()
         self._maybe_print(p, now)
-        verdict = self.coordinator.judge([task_status(r) for r in job.runs])
+        due = getattr(job, "due", {})      # restarts the job loop has scheduled
+        verdict = self.coordinator.judge([task_status(r, r.name in due) for r in job.runs])
         if verdict is None:
             return None
         if self._decided != (verdict.action, verdict.reason):
