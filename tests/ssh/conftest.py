@@ -2,9 +2,10 @@
 private /24, each with its own sshd; h3's sshd sees an empty tmpfs over ``private_dir``),
 and a check that no test leaves a process on any of them or a local ssh behind.
 
-This conftest shadows tests/conftest.py as the module ``conftest`` for the tests in this
-folder, so it re-exports the helpers tests import from there (``from conftest import
-run_launch, PY_TF215``)."""
+pytest imports every conftest.py under the name ``conftest``, so after this one is loaded
+``from conftest import run_launch`` (in any folder's tests) finds this module: it therefore
+re-exports every helper of tests/conftest.py (not its fixtures, which pytest already
+applies), as tests/coordinator/conftest.py does."""
 
 from __future__ import annotations
 
@@ -28,10 +29,17 @@ def _root_conftest():
     return module
 
 
+def _is_fixture(obj) -> bool:
+    return hasattr(obj, "_pytestfixturefunction") or \
+        type(obj).__name__ == "FixtureFunctionDefinition"
+
+
 _root = _root_conftest()
-REPO, PY_TF215 = _root.REPO, _root.PY_TF215
-run_launch, launch_cmd, marked_processes = (_root.run_launch, _root.launch_cmd,
-                                            _root.marked_processes)
+globals().update({name: value for name, value in vars(_root).items()
+                  if not name.startswith("_") and name not in globals()
+                  and not _is_fixture(value)})
+REPO, PY_TF215, marked_processes, wait_gone = (_root.REPO, _root.PY_TF215,
+                                               _root.marked_processes, _root.wait_gone)
 
 
 @pytest.fixture(scope="session")
@@ -72,7 +80,7 @@ def nothing_left_on_hosts(request):
         return
     bed: NetnsHosts = request.getfixturevalue("hosts")
     left = bed.leftovers(timeout=15)
-    local = _root.wait_gone(local_ssh_processes, timeout=10)
+    local = wait_gone(local_ssh_processes, timeout=10)
     if left or local:
         bed.kill_all()
         for proc in local:
