@@ -28,6 +28,7 @@ from orchestrator.coordinator import Coordinator, Progress, TaskStatus
 
 PROGRESS_EVERY = 5.0     # seconds between progress lines while something changes
 PROGRESS_QUIET = 30.0    # ... and while nothing does
+FIRST_METRICS = ("loss", "accuracy", "auc")   # shown first in the progress line
 
 
 def launcher_model_dir(spec) -> str:
@@ -105,8 +106,11 @@ def progress_line(p: Progress, waited: float) -> str:
         line += f", checkpoint {ckpt.name}" if ckpt else ", no complete checkpoint yet"
     if p.latest_eval:
         ev = p.latest_eval
+        shown = sorted(ev.get("metrics", {}).items(),
+                       key=lambda kv: (FIRST_METRICS.index(kv[0])
+                                       if kv[0] in FIRST_METRICS else len(FIRST_METRICS), kv[0]))
         metrics = ", ".join(f"{k}={v:.4g}" if isinstance(v, (int, float)) else f"{k}={v}"
-                            for k, v in sorted(ev.get("metrics", {}).items())[:4])
+                            for k, v in shown[:4])
         line += f"; eval at step {ev.get('step')}: {metrics}"
     if p.last_error:
         line += f" [model_dir not readable: {p.last_error}]"

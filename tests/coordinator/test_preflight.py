@@ -126,10 +126,11 @@ def test_progress_line():
     ckpt = Checkpoint("model.ckpt-1200", "/m/model.ckpt-1200", 1200, "estimator", 2, 1200)
     p = Progress(max_steps=3000, checkpoint=ckpt, steps_per_sec=300.0, eta_secs=6.0,
                  latest_eval={"step": 1000, "split": "eval",
-                              "metrics": {"accuracy": 0.91234, "loss": 0.3}})
+                              "metrics": {"accuracy": 0.91234, "loss": 0.3, "a_first": 1,
+                                          "auc": 0.8, "precision": 0.7}})
     assert progress_line(p, 10) == ("progress: step 1200/3000 (40%), 300.0 steps/s, ETA 6s, "
                                     "checkpoint model.ckpt-1200; eval at step 1000: "
-                                    "accuracy=0.9123, loss=0.3")
+                                    "loss=0.3, accuracy=0.9123, auc=0.8, a_first=1")
     assert progress_line(Progress(), 75) == "progress: waiting for the first checkpoint (1m15s)"
     ahead = Progress(max_steps=3000, checkpoint=ckpt, events_step=1500)
     assert progress_line(ahead, 1) == "progress: step 1500/3000 (50%), checkpoint model.ckpt-1200"
