@@ -175,7 +175,10 @@ class CheckpointReader:
         return f"{self.root}/{name}" if self.root != "/" else f"/{name}"
 
     def url(self, name: str) -> str:
-        """A file of model_dir as a URL or path the user can paste."""
+        """A file of model_dir as a URL the user can paste (with the host of sftp:// and the
+        like, which fsspec's own paths leave out)."""
+        if "://" in self.model_dir:
+            return f"{self.model_dir.rstrip('/')}/{name}"
         return self.fs.unstrip_protocol(self._path(name))
 
     def read_state(self) -> str | None:
