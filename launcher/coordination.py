@@ -59,9 +59,9 @@ def storage_options(spec) -> dict[str, Any]:
 
 
 # TF2 scripts save with ``CheckpointManager.save(checkpoint_number=step)`` (as examples/
-# do), so ``ckpt-N`` is read as step N. With a plain ``save()`` N counts saves: the progress
-# line then shows that count, and the job ends when the chief exits (a save count does not
-# reach max_steps).
+# do), so ``ckpt-N`` is read as step N. With a plain ``save()`` N counts saves, and the
+# progress line shows that count; it never ends a job early: a job saves at most once per
+# step, so the count never runs ahead of the step.
 TF2_NUMBER_IS_STEP = True
 
 
