@@ -51,7 +51,7 @@ def events(tmp_path: Path) -> list[dict]:
 
 
 def test_killed_worker_is_restarted_alone_and_the_job_succeeds(tmp_path):
-    plan = {"chief": ["exit 0 after 4"], "ps": ["forever"],
+    plan = {"chief": ["exit 0 once worker:1 started 3"], "ps": ["forever"],
             "worker:1": ["kill KILL after 0.5", "kill KILL after 0.5", "forever"]}
     done = run_launch(str(write_spec(tmp_path, plan)))
     assert done.returncode == 0, done.stderr
@@ -111,7 +111,7 @@ def test_always_retries_a_code_error_until_the_budget_is_spent(tmp_path):
 
 
 def test_transient_tf_error_and_wrapper_kill_status_are_restarted(tmp_path):
-    plan = {"chief": ["transient after 0.3", "exit 0 after 1.5"], "ps": ["forever"],
+    plan = {"chief": ["transient after 0.3", "exit 0 once worker:0 started 2"], "ps": ["forever"],
             "worker:0": ["exit 137 after 0.3", "forever"], "worker:1": ["forever"]}
     done = run_launch(str(write_spec(tmp_path, plan)))
     assert done.returncode == 0, done.stderr
@@ -190,7 +190,8 @@ def test_explicit_port_in_use_is_an_error_before_anything_starts(tmp_path):
 def test_automatic_port_taken_after_planning_is_picked_again_without_a_restart(tmp_path):
     # The ps grabs worker:0's port between planning and the worker's start: a real race.
     plan = {"ps": ["bind-taken", "forever"], "chief": ["exit 0 after 2.5"],
-            "worker:0": ["bind after 1"], "worker:1": ["forever"], "evaluator": ["forever"]}
+            "worker:0": ["bind after-steal", "bind"], "worker:1": ["forever"],
+            "evaluator": ["forever"]}
     spec = write_spec(tmp_path, plan, evaluator=None, cluster={"chief": 1, "worker": 2,
                                                                "ps": 1})
     done = run_launch(str(spec), env={"FLAKY_STEAL": "worker:0"})

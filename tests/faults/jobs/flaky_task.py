@@ -5,7 +5,8 @@ FLAKY_PLAN is JSON: role ("worker:1", else "worker") -> a list of behaviours, on
 itself), "error after T" (a Python traceback), "transient after T" (a TF error caused by a
 peer), "spawn then forever" (leaves a child in its process group), "bind-taken" (holds the
 port of the task named by FLAKY_STEAL, then runs forever; "bind after T" binds its own
-port like a TF server, or fails with "Address already in use").
+port like a TF server, or fails with "Address already in use"; "bind after-steal" first
+waits until the port was taken), "exit 0 once worker:1 started 3" (waits for that).
 Each start appends a line to $FLAKY_DIR/<type>-<index>.starts.
 """
 
@@ -38,6 +39,23 @@ def address(task_name: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def wait_for(predicate, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def starts_of(task_name: str) -> int:
+    path = os.path.join(os.environ["FLAKY_DIR"], task_name.replace(":", "-") + ".starts")
+    return len(open(path).read().split()) if os.path.exists(path) else 0
+
+
+STOLEN = os.path.join(os.environ["FLAKY_DIR"], "port-stolen")
+
+if words[0] == "exit" and words[2] == "once":
+    wait_for(lambda: starts_of(words[3]) >= int(words[5]))
+    time.sleep(0.5)
+    sys.exit(int(words[1]))
 if words[0] == "exit":
     time.sleep(float(words[3]))
     sys.exit(int(words[1]))
@@ -57,7 +75,10 @@ if words[0] == "spawn":
 held = []
 if words[0] in ("bind", "bind-taken"):
     target = os.environ["FLAKY_STEAL"] if words[0] == "bind-taken" else name
-    time.sleep(float(words[2]) if len(words) > 2 else 0)
+    if words[-1] == "after-steal":
+        wait_for(lambda: os.path.exists(STOLEN))
+    else:
+        time.sleep(float(words[2]) if len(words) > 2 else 0)
     s = socket.socket()
     try:
         s.bind(("", address(target)[1]))
@@ -66,6 +87,8 @@ if words[0] in ("bind", "bind-taken"):
         sys.exit(1)
     s.listen()
     held.append(s)
+    if words[0] == "bind-taken":
+        open(STOLEN, "w").close()
     print(f"{name} listening on {address(target)[1]}", flush=True)
 while True:  # like a ps blocked in server.join()
     time.sleep(0.2)
