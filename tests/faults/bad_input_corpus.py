@@ -4,7 +4,8 @@ started, nothing written into model_dir).
 A case is (id, spec, argv, expected): ``spec`` is a dict merged into a valid base spec (a
 key set to DROP is removed), or ``Raw(text)`` written as is, or ``Path(kind)`` for a spec
 path that is not a readable file; ``argv`` are the options after SPEC; ``expected`` is
-the last lines on stderr, with {spec}, {tmp} and {port} filled in.
+the last lines on stderr, with {spec}, {tmp}, {port} and {resolver} (this machine's
+resolver's words for an unknown host name) filled in.
 """
 
 from __future__ import annotations
@@ -193,7 +194,7 @@ CASES: list[tuple[str, object, list[str], str]] = [
     ("host-does-not-resolve", {"backend": "ssh", "cluster": {"chief": ["nosuch-host.invalid"]}},
      [], "launch: error: ssh preflight failed on 1 of 1 hosts; nothing was started:\n"
          "  nosuch-host.invalid (chief:0): cannot connect: ssh: Could not resolve hostname "
-         "nosuch-host.invalid: Name or service not known"),
+         "nosuch-host.invalid: {resolver}"),
     ("model-dir-under-a-file", {"model_dir": "{tmp}/a-file/model"}, [],
      "launch: error: model_dir {tmp}/a-file/model: the launcher cannot write it "
      "(NotADirectoryError: [Errno 20] Not a directory: '{tmp}/a-file/model')"),

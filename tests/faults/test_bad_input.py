@@ -63,6 +63,15 @@ def write_case(tmp_path: Path, spec, subs: dict[str, str]) -> Path:
     return path
 
 
+def resolver_error(host: str) -> str:
+    """What getaddrinfo (and so OpenSSH) says about a host name that does not resolve."""
+    try:
+        socket.getaddrinfo(host, 22)
+    except socket.gaierror as e:
+        return e.strerror
+    return "(it resolved)"
+
+
 def run_main(argv: list[str]) -> int:
     try:
         return cli.main(argv)
@@ -76,7 +85,8 @@ def test_bad_input_is_one_clear_error(tmp_path, capsys, case_id, spec, argv, exp
     holder = socket.socket()
     holder.bind(("", 0))
     holder.listen()
-    subs = {"tmp": str(tmp_path), "port": str(holder.getsockname()[1])}
+    subs = {"tmp": str(tmp_path), "port": str(holder.getsockname()[1]),
+            "resolver": resolver_error("nosuch-host.invalid")}
     try:
         path = write_case(tmp_path, spec, subs)
         subs["spec"] = str(path)
