@@ -246,3 +246,26 @@ def test_a_monitor_naming_a_lost_task_goes_through_the_restart_policy(tmp_path):
     assert starts(tmp_path) == {"ps:0": 2, "chief:0": 2, "worker:0": 2, "worker:1": 2}
     assert ("ps:0 does not answer; restarting the whole cluster from the newest checkpoint in "
             "0.2s (restart 1 of 2)") in out.read_text()
+
+
+def test_watchdog_ends_registered_groups_when_its_pipe_closes():
+    from launcher.watchdog import Watchdog
+
+    dog = Watchdog(grace=1.0)
+    ignores_term = subprocess.Popen(
+        [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
+         "signal.SIG_IGN); print('ready', flush=True); time.sleep(600)"],
+        start_new_session=True, stdout=subprocess.PIPE, text=True)
+    forgotten = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    try:
+        assert ignores_term.stdout.readline().strip() == "ready"
+        dog.watch(ignores_term.pid)
+        dog.watch(forgotten.pid)
+        dog.forget(forgotten.pid)
+        dog.close()       # what the kernel does to the pipe when the launcher dies
+        assert ignores_term.wait(timeout=10) == -9     # SIGTERM ignored: SIGKILL after grace
+        assert forgotten.poll() is None                # a forgotten group is left alone
+    finally:
+        for proc in (ignores_term, forgotten):
+            proc.kill()
+            proc.wait()
