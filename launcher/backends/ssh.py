@@ -326,7 +326,8 @@ class SSHHandle(TaskHandle):
 
 
 class SSHBackend(Backend):
-    """Runs each task on its host over ssh; one master connection per host."""
+    """Runs each task on its host over ssh: one remote shell per host for its check, its
+    storage probes and its first task; a master connection for hosts with several tasks."""
 
     name = "ssh"
 
