@@ -11,6 +11,7 @@ import importlib
 import json
 import os
 import shlex
+import signal
 import sys
 from typing import Any
 
@@ -78,7 +79,19 @@ def main(argv: list[str] | None = None) -> int:
     return _guard(lambda: run_cli(argv))
 
 
+class Terminated(Exception):
+    """SIGTERM or SIGHUP before the job loop took over the signals (checks, probes)."""
+
+
+def _terminate(signum, _frame):
+    raise Terminated(signum)
+
+
 def _guard(fn) -> int:
+    # Until the job loop installs its own handlers, SIGTERM unwinds like Ctrl-C does, so
+    # cleanups (probes, allocations, connections) run.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _terminate)
     try:
         return fn()
     except UsageError as e:
@@ -87,6 +100,9 @@ def _guard(fn) -> int:
     except KeyboardInterrupt:
         print("launch: interrupted", file=sys.stderr)
         return 130
+    except Terminated as e:
+        print(f"launch: interrupted by {signal.Signals(e.args[0]).name}", file=sys.stderr)
+        return 128 + e.args[0]
 
 
 def run_cli(argv: list[str]) -> int:
