@@ -11,6 +11,7 @@ its first task; a host with more tasks gets a master connection (ControlMaster) 
 
 from __future__ import annotations
 
+import glob
 import json
 import math
 import os
@@ -27,6 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
+
+import psutil
 
 from launcher import remote_bootstrap
 from launcher.backends.base import Backend, ProbeResult, TaskHandle
@@ -157,6 +160,14 @@ def explain_ssh_error(text: str, options: SSHOptions) -> str:
             if marker in ln:
                 return f"cannot connect: {ln}"
     return lines[-1] if lines else "ssh failed without a message"
+
+
+def _remove_stale_control_dirs(base: str) -> None:
+    """Control directories of launchers that died without cleaning up (SIGKILL)."""
+    for path in glob.glob(os.path.join(base, "tfc-ssh-*-*")):
+        pid = os.path.basename(path).split("-")[2]
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 @dataclass
@@ -385,8 +396,9 @@ class SSHBackend(Backend):
 
     def _new_control_path(self) -> str:
         if self._control_dir is None:
-            base = "/tmp" if os.path.isdir("/tmp") else None   # short: sockets max ~100 chars
-            self._control_dir = tempfile.mkdtemp(prefix="tfc-ssh-", dir=base)
+            base = "/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir()  # sockets: short
+            _remove_stale_control_dirs(base)
+            self._control_dir = tempfile.mkdtemp(prefix=f"tfc-ssh-{os.getpid()}-", dir=base)
         return os.path.join(self._control_dir, secrets.token_hex(4))
 
     # ------------------------------------------------------------------ the interface
