@@ -43,3 +43,14 @@ def test_schema_and_parser_both_refuse(doc):
     assert not VALIDATOR.is_valid(doc)
     with pytest.raises(SpecError):
         parse_spec(json.dumps(doc))
+
+
+@pytest.mark.parametrize("section", ["ssh", "slurm", "kubernetes"])
+def test_schema_lists_each_backend_sections_keys(section):
+    from launcher.backends import backend_class
+
+    module = __import__(backend_class(section).__module__, fromlist=["OPTION_KEYS"])
+    allowed = SCHEMA["properties"][section]["propertyNames"]["enum"]
+    assert sorted(allowed) == sorted(module.OPTION_KEYS)
+    assert not VALIDATOR.is_valid({"cluster": {"worker": 1}, "model_dir": "m",
+                                   section: {"no_such_option": 1}})
