@@ -11,10 +11,11 @@ a record cut short at the end of a file being written ends the reading.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import fsspec
+
+from orchestrator.protowire import fields, tfrecords
 
 # TensorProto dtype enum values and their struct formats (little-endian).
 _DTYPES = {1: "<f", 2: "<d", 3: "<i", 9: "<q", 19: "<e"}
@@ -26,50 +27,6 @@ class Scalar:
     step: int
     value: float
     wall_time: float
-
-
-def tfrecords(data: bytes) -> Iterator[bytes]:
-    """The records of a TFRecord file's bytes (CRCs not checked); stops at a short tail."""
-    pos, end = 0, len(data)
-    while pos + 12 <= end:
-        (length,) = struct.unpack_from("<Q", data, pos)
-        start = pos + 12
-        if start + length + 4 > end:
-            return
-        yield data[start:start + length]
-        pos = start + length + 4
-
-
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
-
-
-def fields(buf: bytes) -> Iterator[tuple[int, int, object]]:
-    """(field number, wire type, value) of a protobuf message; value is an int for varints
-    and bytes for fixed and length-delimited fields."""
-    pos, end = 0, len(buf)
-    while pos < end:
-        key, pos = _varint(buf, pos)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            value, pos = _varint(buf, pos)
-        elif wire == 1:
-            value, pos = buf[pos:pos + 8], pos + 8
-        elif wire == 2:
-            length, pos = _varint(buf, pos)
-            value, pos = buf[pos:pos + length], pos + length
-        elif wire == 5:
-            value, pos = buf[pos:pos + 4], pos + 4
-        else:
-            raise ValueError(f"unsupported protobuf wire type {wire}")
-        yield number, wire, value
 
 
 def _signed64(value: int) -> int:
@@ -135,11 +92,14 @@ def scalars_of_event(record: bytes) -> list[Scalar]:
 def read_scalars(data: bytes) -> list[Scalar]:
     """Every scalar of an events file's bytes; broken records are skipped."""
     out: list[Scalar] = []
-    for record in tfrecords(data):
-        try:
-            out += scalars_of_event(record)
-        except (ValueError, IndexError, struct.error):
-            continue
+    try:
+        for record, _ in tfrecords(data):
+            try:
+                out += scalars_of_event(record)
+            except (ValueError, IndexError, struct.error):
+                continue
+    except ValueError:
+        pass  # past this point the bytes are not TFRecords
     return out
 
 

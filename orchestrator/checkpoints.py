@@ -27,6 +27,8 @@ from typing import Any
 
 import fsspec
 
+from orchestrator.protowire import fields, read_varint
+
 STATE_FILE = "checkpoint"
 TF2_BASENAME = "ckpt"
 _INDEX_HEAD_BYTES = 64
@@ -101,22 +103,6 @@ def shard_name(prefix: str, i: int, k: int) -> str:
     return f"{prefix}.data-{i:05d}-of-{k:05d}"
 
 
-def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
-    """A protobuf varint at ``pos``: (value, position after it)."""
-    value = shift = 0
-    while True:
-        if pos >= len(buf):
-            raise ValueError("truncated varint")
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
-
-
 def num_shards_from_index_head(head: bytes) -> int | None:
     """K from the first bytes of a ``.index`` file, or None when they do not parse.
 
@@ -130,23 +116,9 @@ def num_shards_from_index_head(head: bytes) -> int | None:
         value_len, pos = read_varint(head, pos)
         if shared or key_len or pos + value_len > len(head):
             return None
-        value, pos = head[pos:pos + value_len], 0
-        while pos < len(value):
-            tag, pos = read_varint(value, pos)
-            number, wire = tag >> 3, tag & 7
-            if wire == 0:
-                v, pos = read_varint(value, pos)
-                if number == 1:
-                    return v if v >= 1 else None
-            elif wire == 2:
-                length, pos = read_varint(value, pos)
-                pos += length
-            elif wire == 5:
-                pos += 4
-            elif wire == 1:
-                pos += 8
-            else:
-                return None
+        for number, wire, v in fields(head[pos:pos + value_len]):
+            if number == 1 and wire == 0:
+                return v if v >= 1 else None
         return 1  # proto3 leaves out num_shards only when it is 0; a bundle has >= 1 shard
     except ValueError:
         return None

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import collections
 import json
-import struct
 import threading
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from orchestrator.checkpoints import Checkpoint, CheckpointReader, read_varint
+from orchestrator.checkpoints import Checkpoint, CheckpointReader
+from orchestrator.protowire import fields, tfrecords
 
 METRICS_FILE = "tfcluster_metrics.jsonl"
 EVENTS_PREFIX = "events.out.tfevents."
@@ -357,40 +357,18 @@ def newest_event_step(data: bytes) -> tuple[int | None, int]:
     """(the largest ``Event.step`` in the whole TFRecords at the start of ``data``, bytes
     they take). A record cut short at the end is left for the next read. CRCs are not
     checked; bytes that cannot be records raise ValueError."""
-    pos, newest = 0, None
-    while pos + 12 <= len(data):
-        (length,) = struct.unpack_from("<Q", data, pos)
-        if length > 1 << 30:
-            raise ValueError("not a TFRecord length")
-        end = pos + 12 + length + 4
-        if end > len(data):
-            break
-        step = _event_step(data[pos + 12:pos + 12 + length])
+    newest, consumed = None, 0
+    for record, end in tfrecords(data):
+        consumed = end
+        step = _event_step(record)
         if step is not None and (newest is None or step > newest):
             newest = step
-        pos = end
-    return newest, pos
+    return newest, consumed
 
 
 def _event_step(record: bytes) -> int | None:
     """Field 2 (step, int64) of an Event; None when absent (step 0)."""
-    pos = 0
-    while pos < len(record):
-        tag, pos = read_varint(record, pos)
-        number, wire = tag >> 3, tag & 7
-        if wire == 0:
-            value, pos = read_varint(record, pos)
-            if number == 2:
-                return value
-        elif wire == 1:
-            pos += 8
-        elif wire == 2:
-            length, pos = read_varint(record, pos)
-            pos += length
-        elif wire == 5:
-            pos += 4
-        else:
-            raise ValueError(f"wire type {wire} in an Event")
-    if pos != len(record):
-        raise ValueError("truncated Event")
+    for number, wire, value in fields(record):
+        if number == 2 and wire == 0:
+            return value
     return None
