@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PY_TF215, REPO, launch_cmd, run_launch
+from support import PY_TF215, REPO, launch_cmd, run_launch
 
 from orchestrator.checkpoints import newest_complete, stored_global_step
 from orchestrator.coordinator import newest_event_step

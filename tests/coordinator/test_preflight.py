@@ -10,7 +10,7 @@ from pathlib import Path
 
 import fsspec
 import pytest
-from conftest import PY_TF215, run_launch
+from support import PY_TF215, run_launch
 from tf_writes import FakeTrainer
 
 from launcher.backends.local import LocalBackend

@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import PY_TF215, PY_TF221, REPO, run_launch
+from support import PY_TF215, PY_TF221, REPO, run_launch
 
 pytestmark = pytest.mark.tf
 

@@ -7,9 +7,9 @@ import json
 import subprocess
 
 import pytest
-from conftest import PY_TF215, PY_TF221, REPO
 from hypothesis import given
 from hypothesis import strategies as st
+from support import PY_TF215, PY_TF221, REPO
 
 from orchestrator.epochs import EpochPlan, epoch_plan, wait_for_step
 from orchestrator.sharding import Shard, current_shard, shard_files

@@ -16,7 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import PY_TF215, REPO, run_launch
+from support import PY_TF215, REPO, run_launch
 
 from launcher.tfevents import scalars_in_dir
 from orchestrator.metrics_file import read_metrics

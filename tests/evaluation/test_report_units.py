@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import run_launch
+from support import run_launch
 
 from launcher.metrics_table import metrics_table, render_table
 from orchestrator.metrics_file import MetricsRecord, MetricsWriter

@@ -10,7 +10,7 @@ import subprocess
 from types import SimpleNamespace
 
 import pytest
-from conftest import PY_TF221, REPO, run_launch
+from support import PY_TF221, REPO, run_launch
 
 from launcher.tfevents import scalars_in_dir
 from orchestrator.metrics_file import read_metrics

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import PY_TF215, PY_TF221, REPO, run_launch, tfcluster_tasks
+from support import PY_TF215, PY_TF221, REPO, run_launch, tfcluster_tasks
 
 pytestmark = pytest.mark.tf
 

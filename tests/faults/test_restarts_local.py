@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import psutil
-from conftest import launch_cmd, marked_processes, run_launch, tfcluster_tasks, wait_gone
+from support import launch_cmd, marked_processes, run_launch, tfcluster_tasks, wait_gone
 
 FLAKY = str(Path(__file__).with_name("jobs") / "flaky_task.py")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
-from conftest import PY_TF215, PY_TF221, run_launch
+from support import PY_TF215, PY_TF221, run_launch
 
 HERE = Path(__file__).parent
 SCHEMAS = HERE / "schemas"

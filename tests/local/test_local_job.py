@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import launch_cmd, run_launch, tfcluster_tasks, wait_gone
+from support import launch_cmd, run_launch, tfcluster_tasks, wait_gone
 
 FAKE = str(Path(__file__).with_name("fake_task.py"))
 

@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PY_TF215, launch_cmd, run_launch, tfcluster_tasks, wait_gone
 from infra.slurm_cluster import SlurmCluster, missing_programs
+from support import PY_TF215, launch_cmd, run_launch, tfcluster_tasks, wait_gone
 
 from launcher.backends.slurm import job_state
 

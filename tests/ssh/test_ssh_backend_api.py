@@ -7,7 +7,7 @@ from __future__ import annotations
 import signal
 import time
 
-from conftest import PY_TF215
+from support import PY_TF215
 
 from launcher.backends.ssh import SSHBackend
 from launcher.spec import validate

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import PY_TF215, REPO, launch_cmd, run_launch, write_spec
+from ssh_specs import write_spec
+from support import PY_TF215, REPO, launch_cmd, run_launch
 
 JOBS = Path(__file__).resolve().parent / "jobs"
 SLEEPER = str(JOBS / "sleeper.py")

@@ -6,7 +6,7 @@ import json
 import shlex
 
 import pytest
-from conftest import run_launch
+from support import run_launch
 
 from launcher.backends.ssh import SSHBackend, explain_ssh_error, parse_options, remote_command
 from launcher.errors import SpecError

@@ -8,7 +8,7 @@ import json
 import subprocess
 
 import pytest
-from conftest import PY_TF215, PY_TF221, run_launch
+from support import PY_TF215, PY_TF221, run_launch
 
 pytestmark = pytest.mark.tf
 

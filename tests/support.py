@@ -1,0 +1,77 @@
+"""Helpers every test folder imports (`from support import ...`): paths to the two
+TensorFlow environments, running `launch`, and finding the processes our tests started.
+
+They live here, not in conftest.py: pytest imports every conftest.py under the one name
+`conftest`, so `from support import` would find whichever folder's was loaded last."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parent.parent
+PY_TF215 = str(REPO / ".venv" / "bin" / "python")     # TensorFlow 2.15, Estimator
+PY_TF221 = str(REPO / ".venv-tf2" / "bin" / "python")  # TensorFlow 2.21, PSS / MWMS
+SESSION_MARK = "TFCLUSTER_TEST_SESSION"
+
+# Every process a test starts inherits this mark, so leftovers can be found exactly.
+os.environ.setdefault(SESSION_MARK, uuid.uuid4().hex)
+
+
+def marked_processes() -> list[psutil.Process]:
+    """Live processes carrying this test session's mark (started by our tests)."""
+    mark = os.environ[SESSION_MARK]
+    found = []
+    me = os.getpid()
+    for proc in psutil.process_iter(["pid"]):
+        if proc.pid == me:
+            continue
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if proc.environ().get(SESSION_MARK) == mark:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def tfcluster_tasks() -> list[psutil.Process]:
+    """Marked processes that are tasks of a tfcluster job (they carry TFCLUSTER_RUN_ID)."""
+    out = []
+    for proc in marked_processes():
+        try:
+            if "TFCLUSTER_RUN_ID" in proc.environ():
+                out.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return out
+
+
+def wait_gone(predicate=tfcluster_tasks, timeout: float = 10.0) -> list[psutil.Process]:
+    deadline = time.monotonic() + timeout
+    left = predicate()
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = predicate()
+    return left
+
+
+def launch_cmd(*args: str) -> list[str]:
+    """The `launch` console script of the environment running the tests."""
+    return [str(Path(sys.executable).parent / "launch"), *args]
+
+
+def run_launch(*args: str, timeout: float = 300, cwd: str | os.PathLike | None = None,
+               env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run `launch ARGS...` to its end; stdout and stderr as text."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run(launch_cmd(*args), cwd=cwd or REPO, env=full_env, text=True,
+                          capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
