@@ -88,9 +88,9 @@ def _duration(secs: float) -> str:
     return f"{secs // 3600}h{secs % 3600 // 60:02d}m"
 
 
-def progress_line(p: Progress, waited: float) -> str:
+def progress_line(p: Progress, waited: float, restarts: int = 0) -> str:
     """One line: where training stands (the step from the events file when it is ahead of
-    the newest complete checkpoint)."""
+    the newest complete checkpoint), and how many restarts it took so far."""
     ckpt, step = p.checkpoint, p.latest_step
     if step is None:
         line = (f"checkpoint {ckpt.name} (save {ckpt.number}; TF2 names count saves, not steps)"
@@ -112,6 +112,8 @@ def progress_line(p: Progress, waited: float) -> str:
         metrics = ", ".join(f"{k}={v:.4g}" if isinstance(v, (int, float)) else f"{k}={v}"
                             for k, v in shown[:4])
         line += f"; eval at step {ev.get('step')}: {metrics}"
+    if restarts:
+        line += f"; {restarts} restart{'s' if restarts > 1 else ''}"
     if p.last_error:
         line += f" [model_dir not readable: {p.last_error}]"
     return f"progress: {line}"
@@ -152,7 +154,7 @@ class CoordinatorMonitor:
             self._started = now
             self.coordinator.start()
         self._flush()
-        restarts = getattr(job, "restart_count", 0)
+        restarts = job.restart_count
         if restarts != self._restarts:
             self._restarts = restarts
             self.coordinator.note_restart()
@@ -175,7 +177,7 @@ class CoordinatorMonitor:
         last, at = self._last_line
         if now - at < self.progress_every:
             return
-        line = progress_line(p, now - (self._started or now))
+        line = progress_line(p, now - (self._started or now), self._restarts)
         if line != last or now - at >= PROGRESS_QUIET:
             self.console.info(line)
             self._last_line = (line, now)

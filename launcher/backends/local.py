@@ -24,7 +24,7 @@ LOCALHOST = "localhost"
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child, before exec: get SIGTERM when the launcher dies, even by SIGKILL."""
     if sys.platform.startswith("linux"):
         try:
@@ -164,7 +164,7 @@ class LocalBackend(Backend):
         proc = subprocess.Popen(
             task.command, env=task_environ(task), cwd=task.cwd, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
         return LocalHandle(task, proc, self._watchdog)
 

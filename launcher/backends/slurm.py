@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from launcher.backends.base import Backend, ProbeResult, TaskHandle
-from launcher.backends.local import _die_with_parent, free_port, task_environ
+from launcher.backends.local import LocalHandle, die_with_parent, free_port, task_environ
 from launcher.errors import PreflightError, SpecError
 from launcher.spec import (
     ROLES,
@@ -116,22 +116,19 @@ def job_state(job_id: str) -> str:
     return m.group(1) if m else "GONE"
 
 
-class SlurmHandle(TaskHandle):
-    """An ``srun`` child of the launcher running one task as a job step."""
+class SlurmHandle(LocalHandle):
+    """An ``srun`` child of the launcher (in its own process group) running one task as a
+    job step."""
 
     def __init__(self, task: TaskPlan, proc: subprocess.Popen, job_id: str, step_name: str):
-        self.task = task
-        self.proc = proc
-        self.output = proc.stdout
+        super().__init__(task, proc)
         self.job_id = job_id
         self.step_name = step_name
         self._step: str | None = None
 
     def poll(self) -> int | None:
-        status = self.proc.poll()
-        if status is None:
-            return None
-        return SIGNAL_EXITS.get(status, status)
+        status = super().poll()
+        return None if status is None else SIGNAL_EXITS.get(status, status)
 
     def step_id(self) -> str | None:
         """``J.S`` of this task's step once Slurm created it (newest of that name)."""
@@ -151,14 +148,7 @@ class SlurmHandle(TaskHandle):
             run_slurm(["scancel", f"--signal={signal.Signals(sig).name[3:]}", step])
         if step is None or sig == signal.SIGKILL:
             # no step yet: srun cancels the pending step itself; SIGKILL: do not wait
-            try:
-                os.killpg(self.proc.pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid
+            super().signal(sig)
 
 
 class SlurmBackend(Backend):
@@ -379,7 +369,7 @@ class SlurmBackend(Backend):
         argv = self.srun_argv(task, self.job_id or "", self._node_for(task))
         proc = subprocess.Popen(argv, env=_step_env(task), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=True, preexec_fn=_die_with_parent)
+                                start_new_session=True, preexec_fn=die_with_parent)
         handle = SlurmHandle(task, proc, self.job_id or "", f"{task.type}-{task.index}")
         self.handles.append(handle)
         return handle

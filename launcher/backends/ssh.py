@@ -33,7 +33,7 @@ import psutil
 
 from launcher import remote_bootstrap
 from launcher.backends.base import Backend, ProbeResult, TaskHandle
-from launcher.backends.local import _die_with_parent
+from launcher.backends.local import die_with_parent
 from launcher.errors import PreflightError, SpecError
 from launcher.spec import (
     check_keys,
@@ -203,7 +203,7 @@ class SSHHandle(TaskHandle):
         try:
             self.proc = subprocess.Popen(
                 argv, stdin=subprocess.PIPE, stdout=self._write_end, stderr=subprocess.PIPE,
-                start_new_session=True, preexec_fn=_die_with_parent)
+                start_new_session=True, preexec_fn=die_with_parent)
         except BaseException:
             os.close(read_end)
             os.close(self._write_end)
@@ -460,7 +460,7 @@ class SSHBackend(Backend):
             proc = subprocess.Popen(self.ssh_argv(host, master_path=path),
                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                     stderr=log, start_new_session=True,
-                                    preexec_fn=_die_with_parent)
+                                    preexec_fn=die_with_parent)
             self._masters[host] = _Master(proc, path, log)
 
     def _wait_masters(self, hosts: list[str], deadline: float) -> dict[str, str]:

@@ -73,41 +73,9 @@ def test_repeating_input_ends_at_the_spec_max_steps(tmp_path):
     assert [e["event"] for e in events] == ["already_trained"]
 
 
-def test_killed_ps_ends_the_job_naming_it(tmp_path):
-    spec = write_spec(tmp_path, cluster={"chief": 1, "ps": 1}, max_steps=10_000_000,
-                      timeouts={"poll": 0.5, "finish": 5, "stall": 600},
-                      restart={"ps": "never"})
-    env = dict(os.environ)
-    proc = subprocess.Popen(launch_cmd(str(spec), "--quiet"), cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 240
-        while newest_complete(str(tmp_path / "model")) is None:
-            assert proc.poll() is None, proc.communicate()[1][-3000:]
-            assert time.monotonic() < deadline, "no checkpoint within 240s"
-            time.sleep(0.5)
-        (ps,) = [e for e in events_of(tmp_path)
-                 if e["event"] == "task_started" and e["task"] == "ps:0"]
-        os.kill(ps["pid"], signal.SIGKILL)
-        # stall timeout is 600 s: the job must end long before it
-        _, stderr = proc.communicate(timeout=180)
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            proc.communicate(timeout=60)
-    assert proc.returncode == 1, stderr[-3000:]
-    assert "ps:0" in stderr and "SIGKILL" in stderr
-    ended = [e for e in events_of(tmp_path) if e["event"] == "job_ended"]
-    assert ended and "ps:0" in ended[0]["reason"]
-
-
-def test_a_hung_ps_is_caught_as_a_stall_naming_the_silent_tasks(tmp_path):
-    """A ps that stops answering without exiting (SIGSTOP: a hung host) leaves the chief
-    waiting for ever; the coordinator ends the job after timeouts.stall."""
-    spec = write_spec(tmp_path, cluster={"chief": 1, "ps": 1}, max_steps=10_000_000,
-                      timeouts={"poll": 0.5, "finish": 5, "stall": 15, "kill": 2,
-                                "start": 200})
+def signal_the_ps_after_first_checkpoint(tmp_path: Path, spec: Path, sig: int) -> tuple[int, str]:
+    """Start the job, wait for its first complete checkpoint, send ``sig`` to the ps, and
+    wait for `launch` to end (the stall timeout is far away): (exit status, stderr)."""
     proc = subprocess.Popen(launch_cmd(str(spec), "--quiet"), cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL)
@@ -119,13 +87,34 @@ def test_a_hung_ps_is_caught_as_a_stall_naming_the_silent_tasks(tmp_path):
             time.sleep(0.5)
         (ps,) = [e for e in events_of(tmp_path)
                  if e["event"] == "task_started" and e["task"] == "ps:0"]
-        os.kill(ps["pid"], signal.SIGSTOP)
+        os.kill(ps["pid"], sig)
         _, stderr = proc.communicate(timeout=180)
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             proc.communicate(timeout=60)
-    assert proc.returncode == 1, stderr[-3000:]
+    return proc.returncode, stderr
+
+
+def test_killed_ps_ends_the_job_naming_it(tmp_path):
+    spec = write_spec(tmp_path, cluster={"chief": 1, "ps": 1}, max_steps=10_000_000,
+                      timeouts={"poll": 0.5, "finish": 5, "stall": 600},
+                      restart={"ps": "never"})
+    status, stderr = signal_the_ps_after_first_checkpoint(tmp_path, spec, signal.SIGKILL)
+    assert status == 1, stderr[-3000:]
+    assert "ps:0" in stderr and "SIGKILL" in stderr
+    ended = [e for e in events_of(tmp_path) if e["event"] == "job_ended"]
+    assert ended and "ps:0" in ended[0]["reason"]
+
+
+def test_a_hung_ps_is_caught_as_a_stall_naming_the_silent_tasks(tmp_path):
+    """A ps that stops answering without exiting (SIGSTOP: a hung host) leaves the chief
+    waiting for ever; the coordinator ends the job after timeouts.stall."""
+    spec = write_spec(tmp_path, cluster={"chief": 1, "ps": 1}, max_steps=10_000_000,
+                      timeouts={"poll": 0.5, "finish": 5, "stall": 15, "kill": 2,
+                                "start": 200})
+    status, stderr = signal_the_ps_after_first_checkpoint(tmp_path, spec, signal.SIGSTOP)
+    assert status == 1, stderr[-3000:]
     assert "training stalled" in stderr and "(timeouts.stall = 15s" in stderr
     assert "newest complete checkpoint model.ckpt-" in stderr
     assert "silent tasks still running: chief:0, ps:0" in stderr
