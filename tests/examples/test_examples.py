@@ -4,11 +4,14 @@ stopped by the launcher and no process of the job is left behind."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import psutil
 import pytest
-from support import PY_TF215, PY_TF221, REPO, run_launch, tfcluster_tasks
+from support import PY_TF215, PY_TF221, REPO, launch_cmd, run_launch, tfcluster_tasks, wait_gone
 
 pytestmark = pytest.mark.tf
 
@@ -76,3 +79,30 @@ def test_mwms_example(tmp_path):
     assert (tmp_path / "model" / "ckpt-63.index").exists()
     assert not list((tmp_path / "model").glob("*worker*"))
     assert tfcluster_tasks() == []
+
+
+def test_ctrl_c_in_the_middle_of_a_real_job_leaves_nothing_running(tmp_path):
+    spec = spec_copy("estimator", tmp_path, epochs=50)   # far longer than the test waits
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        launch_cmd(str(spec), "--quiet", "--run-dir", str(run_dir), "--", PY_TF215,
+                   "examples/estimator/train.py"),
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not (tmp_path / "model" / "checkpoint").exists():   # training is under way
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "no checkpoint within 240 s"
+            time.sleep(0.5)
+        assert len(tfcluster_tasks()) == 5
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err[-3000:]
+    assert "interrupted by SIGINT" in err
+    assert not wait_gone(timeout=10)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert all(t["stopped"] for t in summary["tasks"]), summary["tasks"]
