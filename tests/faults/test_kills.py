@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 
 import pytest
 from harness import (
@@ -35,9 +36,17 @@ def restarts_of(tmp_path) -> dict[str, int]:
 
 
 def kill_during_training(run: LaunchRun, plan: list[tuple[str, int]]) -> None:
+    """Kill each target once training reached its step, then wait until the lost part is
+    back at work before the next kill (a restarted TF task needs seconds to start; without
+    the wait a fast chief can finish before a restarted worker trained at all)."""
     for target, step in plan:
         assert run.wait_for_step(step, timeout=240), run.stderr_text()[-3000:]
         run.kill(target)
+        deadline = time.monotonic() + 240
+        while resumed_after([run], run.kills[-1]) is None:
+            assert run.proc.poll() is None, f"job ended before {target} was back at work"
+            assert time.monotonic() < deadline, f"{target} not back at work within 240 s"
+            time.sleep(0.2)
 
 
 def assert_survived(run: LaunchRun, tmp_path, python: str) -> None:
@@ -55,7 +64,7 @@ def assert_survived(run: LaunchRun, tmp_path, python: str) -> None:
 
 def test_estimator_survives_a_lost_worker_then_a_lost_ps(tmp_path):
     rng = random.Random(7)
-    doc = job_spec("estimator", tmp_path, MAX_STEPS, SAVE_STEPS)
+    doc = job_spec("estimator", tmp_path, MAX_STEPS, SAVE_STEPS, sleep=0.05)
     doc["timeouts"]["finish"] = 5
     run = LaunchRun(write_spec(tmp_path, doc))
     kill_during_training(run, [("worker:0", rng.randint(100, 200)),
