@@ -27,6 +27,7 @@ import signal
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from launcher.spec import RestartPolicy
 from orchestrator.policies import (
     ALWAYS,
     CLUSTER,
@@ -40,13 +41,6 @@ from orchestrator.policies import (
 
 OK, SIGNAL, TRANSIENT, ERROR, LOST = "ok", "signal", "transient", "error", "lost"
 TRAINERS = ("chief", "master", "worker")
-
-
-@dataclass(frozen=True)
-class Policy:
-    policy: str
-    max_restarts: int
-    backoff: float
 
 
 @dataclass(frozen=True)
@@ -88,16 +82,16 @@ def classify_exit(status: int, tail: Iterable[str] = ()) -> tuple[str, str]:
 class RestartBook:
     """Applies the policies and counts the restarts each task caused."""
 
-    overrides: dict = field(default_factory=dict)   # role -> launcher.spec.RestartPolicy
+    overrides: dict[str, RestartPolicy] = field(default_factory=dict)   # the spec's
     synchronous: bool = False
     caused: dict[str, int] = field(default_factory=dict)
 
-    def policy_for(self, role: str) -> Policy:
+    def policy_for(self, role: str) -> RestartPolicy:
         given = self.overrides.get(role)
         if given is not None:
-            return Policy(given.policy, given.max_restarts, given.backoff)
+            return given
         d = DEFAULTS[role]
-        return Policy(d.policy, d.max_restarts, d.backoff)
+        return RestartPolicy(d.policy, d.max_restarts, d.backoff)
 
     def judge_exit(self, role: str, name: str, status: int, tail: Iterable[str],
                    finishing: bool) -> Verdict:
