@@ -75,3 +75,16 @@ def run_launch(*args: str, timeout: float = 300, cwd: str | os.PathLike | None =
     full_env.update(env or {})
     return subprocess.run(launch_cmd(*args), cwd=cwd or REPO, env=full_env, text=True,
                           capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+class FakeClock:
+    """A clock for code that takes ``clock`` and ``sleep`` callables: sleeping advances it."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds

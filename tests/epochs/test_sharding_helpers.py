@@ -9,7 +9,7 @@ import subprocess
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from support import PY_TF215, PY_TF221, REPO
+from support import PY_TF215, PY_TF221, REPO, FakeClock
 
 from orchestrator.epochs import EpochPlan, epoch_plan, wait_for_step
 from orchestrator.sharding import Shard, current_shard, shard_files
@@ -73,17 +73,6 @@ def test_every_task_agrees_on_the_total():
     assert totals == {602}
     with pytest.raises(ValueError, match="TF_CONFIG is not a JSON object"):
         epoch_plan({"TF_CONFIG": "[1]"})
-
-
-class FakeClock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def test_wait_for_step_until_total_or_stalled():

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+from support import FakeClock
+
 from orchestrator.evaluation import CheckpointGone, follow_checkpoints
 from orchestrator.metrics_file import (
     METRICS_FILE,
@@ -14,17 +16,6 @@ from orchestrator.metrics_file import (
     latest_by_split,
     read_metrics,
 )
-
-
-class FakeClock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class FakeDir:
