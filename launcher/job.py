@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import IO, Callable, Protocol
+from typing import IO, Protocol
 
 from launcher.backends.base import Backend, TaskHandle
 from launcher.events import EventLog
@@ -146,12 +146,10 @@ class Job:
                      for t in plan.tasks]
         self.interrupted: int | None = None
         self.started = time.monotonic()
-        self.training_done_at: float | None = None
-        self.status_hooks: list[Callable[[Job], None]] = []
+        self.training_done_at: float | None = None   # when the chief or a monitor said so
         self.wake = threading.Event()  # set when a task's output ends: it is likely exiting
-        trainers = sum(t.type in TRAINERS for t in plan.tasks)
-        synchronous = trainers > 1 and not any(t.type == "ps" for t in plan.tasks)
-        self.restarts = RestartBook(dict(restart or {}), synchronous)
+        self.restarts = RestartBook(dict(restart or {}),
+                                    synchronous=plan.strategy == "multi_worker_mirrored")
         self.due: dict[str, float] = {}     # task name -> when its restart is due
         self._ended: list[TaskRun] = []     # reaped, not yet judged
 
@@ -268,13 +266,12 @@ class Job:
                 break
             self.start_task(run)
         self.console.info(f"started {len(self.runs)} tasks; logs in {self.run_dir}/logs")
-        finishing_since: float | None = None
         while True:
             if self.interrupted:
                 name = signal.Signals(self.interrupted).name
                 return self._finish(128 + self.interrupted, f"interrupted by {name}")
             for run in self._take_ended():
-                failure = self._judge_exit(run, finishing_since is not None)
+                failure = self._judge_exit(run, self.training_done_at is not None)
                 if failure:
                     return self._fail(run, failure)
             for monitor in self.monitors:
@@ -285,20 +282,16 @@ class Job:
                     failure = self._judge_lost(decision)
                     if failure:
                         return self._finish(1, failure)
-                if decision.action == "finish" and finishing_since is None:
+                if decision.action == "finish" and self.training_done_at is None:
                     self.console.info(decision.reason)
-                    finishing_since = time.monotonic()
+                    self.training_done_at = time.monotonic()
             primary = self.primary
-            if finishing_since is None and primary.status == 0:
-                finishing_since = time.monotonic()
+            if self.training_done_at is None and primary.status == 0:
+                self.training_done_at = time.monotonic()
                 self.console.info(f"{primary.name} finished; waiting for the others to end")
-            if finishing_since is not None:
-                self.training_done_at = self.training_done_at or finishing_since
-                if self._ended_well(finishing_since):
-                    return self._finish(0, "training finished and every task ended")
+            if self.training_done_at is not None and self._ended_well(self.training_done_at):
+                return self._finish(0, "training finished and every task ended")
             self._start_due()
-            for hook in self.status_hooks:
-                hook(self)
             self.wake.wait(0.05)
             self.wake.clear()
 
