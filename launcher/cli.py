@@ -136,19 +136,23 @@ def make_plan(spec, backend, command, run_id: str | None = None):
                       command=command, run_id=run_id)
 
 
-def render_dry_run(plan, backend, as_json: bool = False) -> str:
+def public_plan(plan) -> dict[str, Any]:
+    """The plan as plain data, secrets in the tasks' environments masked: what --dry-run
+    prints and plan.json keeps."""
     from launcher.redact import redact_env
 
-    tasks = []
-    for t in plan.tasks:
-        d = t.to_dict()
-        d["env"] = redact_env(t.env)
-        tasks.append(d)
+    doc = plan.to_dict()
+    for task in doc["tasks"]:
+        task["env"] = redact_env(task["env"])
+    return doc
+
+
+def render_dry_run(plan, backend, as_json: bool = False) -> str:
+    doc = public_plan(plan)
+    tasks = doc["tasks"]
     extra = backend.describe(plan)
     if as_json:
-        doc: dict[str, Any] = {"run_id": plan.run_id, "max_steps": plan.max_steps,
-                               "model_dir": plan.model_dir, "backend": backend.name,
-                               "tasks": tasks}
+        doc["backend"] = backend.name
         if extra is not None:
             doc["rendered"] = extra
         return json.dumps(doc, indent=2)
@@ -227,13 +231,8 @@ def execute(spec, backend, plan, command, args) -> int:
 
 
 def _write_plan(run_dir: str, plan) -> None:
-    from launcher.redact import redact_env
-
-    doc = plan.to_dict()
-    for t in doc["tasks"]:
-        t["env"] = redact_env(t["env"])
     with open(os.path.join(run_dir, "plan.json"), "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=2)
+        json.dump(public_plan(plan), f, indent=2)
 
 
 if __name__ == "__main__":
