@@ -6,11 +6,13 @@ They live here, not in conftest.py: pytest imports every conftest.py under the o
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -88,3 +90,18 @@ class FakeClock:
 
     def sleep(self, seconds: float) -> None:
         self.now += seconds
+
+
+@contextlib.contextmanager
+def launched(*args: str, env: dict | None = None) -> Iterator[subprocess.Popen]:
+    """`launch ARGS...` running in the background (stderr piped as text, stdout dropped);
+    killed on the way out if the test left it running."""
+    proc = subprocess.Popen(launch_cmd(*args), cwd=REPO, env=env, text=True,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

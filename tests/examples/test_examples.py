@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import psutil
 import pytest
-from support import PY_TF215, PY_TF221, REPO, launch_cmd, run_launch, tfcluster_tasks, wait_gone
+from support import PY_TF215, PY_TF221, REPO, launched, run_launch, tfcluster_tasks, wait_gone
 
 pytestmark = pytest.mark.tf
 
@@ -84,11 +83,8 @@ def test_mwms_example(tmp_path):
 def test_ctrl_c_in_the_middle_of_a_real_job_leaves_nothing_running(tmp_path):
     spec = spec_copy("estimator", tmp_path, epochs=50)   # far longer than the test waits
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen(
-        launch_cmd(str(spec), "--quiet", "--run-dir", str(run_dir), "--", PY_TF215,
-                   "examples/estimator/train.py"),
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
+    with launched(str(spec), "--quiet", "--run-dir", str(run_dir), "--", PY_TF215,
+                  "examples/estimator/train.py") as proc:
         deadline = time.monotonic() + 240
         while not (tmp_path / "model" / "checkpoint").exists():   # training is under way
             assert proc.poll() is None, proc.communicate()[1][-3000:]
@@ -97,10 +93,6 @@ def test_ctrl_c_in_the_middle_of_a_real_job_leaves_nothing_running(tmp_path):
         assert len(tfcluster_tasks()) == 5
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 130, err[-3000:]
     assert "interrupted by SIGINT" in err
     assert not wait_gone(timeout=10)

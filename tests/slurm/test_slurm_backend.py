@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 from infra.slurm_cluster import SlurmCluster, missing_programs
-from support import PY_TF215, launch_cmd, run_launch, tfcluster_tasks, wait_gone
+from support import PY_TF215, launched, run_launch, tfcluster_tasks, wait_gone
 
 from launcher.backends.slurm import job_state
 
@@ -172,10 +171,8 @@ def test_estimator_job_succeeds_and_releases_the_allocation(tmp_path, slurm_env,
 def test_interrupted_run_leaves_no_process_and_no_job(tmp_path, slurm_env, slurm_cluster):
     spec = write_spec(tmp_path, max_steps=100000)
     run_dir = tmp_path / "run"
-    env = dict(os.environ, **slurm_env)
-    proc = subprocess.Popen(launch_cmd(str(spec), "--run-dir", str(run_dir), "-q"), env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+    with launched(str(spec), "--run-dir", str(run_dir), "-q",
+                  env=dict(os.environ, **slurm_env)) as proc:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:   # wait until the chief trained and saved
             if (tmp_path / "model" / "checkpoint").exists() or proc.poll() is not None:
@@ -184,10 +181,6 @@ def test_interrupted_run_leaves_no_process_and_no_job(tmp_path, slurm_env, slurm
         assert len(squeue(slurm_cluster, "-s")) == 4
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 130, err
     assert released(slurm_cluster, timeout=5)
     assert not wait_gone(tfcluster_tasks, timeout=10)
@@ -198,21 +191,14 @@ def test_ctrl_c_while_the_allocation_is_pending_cancels_it(tmp_path, slurm_env, 
     (held,) = slurm_cluster.jobs()
     try:
         spec = write_spec(tmp_path, command=["sleep", "60"])
-        env = dict(os.environ, **slurm_env)
-        proc = subprocess.Popen(launch_cmd(str(spec), "--run-dir", str(tmp_path / "run")),
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
-        try:
+        with launched(str(spec), "--run-dir", str(tmp_path / "run"),
+                      env=dict(os.environ, **slurm_env)) as proc:
             deadline = time.monotonic() + 60
             while len(squeue(slurm_cluster)) < 2 and time.monotonic() < deadline:
                 time.sleep(0.2)
             assert "PENDING" in slurm_cluster.run("squeue", "-h", "-o", "%j %T")
             proc.send_signal(signal.SIGINT)
             _, err = proc.communicate(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
         assert proc.returncode == 130, err
         assert slurm_cluster.jobs() == [held], "only the blocking job is left"
     finally:
