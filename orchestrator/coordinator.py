@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from orchestrator.checkpoints import Checkpoint, CheckpointReader
+from orchestrator.evaluated import EvaluationFollower
 from orchestrator.protowire import fields, tfrecords
 
 METRICS_FILE = "tfcluster_metrics.jsonl"
@@ -70,6 +71,7 @@ class Progress:
     last_activity_what: str = "the coordinator started"
     latest_eval: dict[str, Any] | None = None
     events_step: int | None = None   # newest global step in the chief's events file
+    evaluated_step: int | None = None  # newest checkpoint step the evaluator evaluated
     named: str | None = None         # newest checkpoint the state file names
     incomplete: dict[str, list[str]] = field(default_factory=dict)  # name -> missing files
     polls: int = 0
@@ -124,6 +126,7 @@ class Coordinator:
         self._events_looked = -1e18
         self._metrics_size = -1
         self._finish: Verdict | None = None
+        self._evaluations = EvaluationFollower(self.reader, clock=clock)
 
     # ------------------------------------------------------------------ thread
     def start(self) -> Coordinator:
@@ -208,6 +211,10 @@ class Coordinator:
             p = replace(p, events_step=step, steps_per_sec=self._rate(),
                         last_activity_what=f"step {step} in the events file")
         p = replace(p, eta_secs=self._eta(p), latest_eval=self._latest_eval(p.latest_eval))
+        evaluated = _newest(self._evaluations.poll(), _step_of(p.latest_eval))
+        if evaluated is not None and evaluated != p.evaluated_step:
+            p = replace(p, evaluated_step=evaluated)
+            self._emit("evaluated", step=evaluated)
         return p
 
     def _emit(self, event: str, **fields: Any) -> None:
@@ -347,6 +354,16 @@ class Coordinator:
         who = f" (written by {', '.join(owners)}: is model_dir the same storage there?)" \
             if owners else ""
         return f"checkpoint {name} is incomplete, missing {', '.join(missing)}{who}"
+
+
+def _step_of(record: dict[str, Any] | None) -> int | None:
+    step = (record or {}).get("step")
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
+def _newest(*steps: int | None) -> int | None:
+    known = [s for s in steps if s is not None]
+    return max(known) if known else None
 
 
 def _names(tasks: list[TaskStatus]) -> str:

@@ -1,0 +1,54 @@
+"""What the evaluator evaluated, as the coordinator follows it: TensorFlow's eval events
+(``eval*/events.out.tfevents.*``) and the metrics file's eval lines."""
+
+from __future__ import annotations
+
+import json
+
+from test_coordinator import Clock
+from tf_writes import FakeTrainer, tfrecord
+
+from orchestrator.checkpoints import CheckpointReader
+from orchestrator.coordinator import Coordinator
+from orchestrator.evaluated import EvaluationFollower, newest_evaluated
+
+SUMMARY = b"\x0a\x0a\x0a\x08accuracy"   # Summary{value{tag: "accuracy"}}
+
+
+def test_each_evaluation_of_tf_s_evaluator_is_followed(tmp_path):
+    model = tmp_path / "model"
+    (model / "eval").mkdir(parents=True)
+    events = model / "eval" / "events.out.tfevents.1700000000.host"
+    clock = Clock()
+    follower = EvaluationFollower(CheckpointReader(str(model)), clock=clock)
+    assert follower.poll() is None                  # no evaluation yet
+    written = tfrecord(0) + tfrecord(140, SUMMARY)
+    events.write_bytes(written)
+    assert follower.poll() == 140
+    events.write_bytes(written + tfrecord(300, SUMMARY)[:9])   # a record being written
+    assert follower.poll() == 140
+    events.write_bytes(written + tfrecord(300, SUMMARY))
+    assert follower.poll() == 300
+    named = model / "eval_holdout"                 # EvalSpec(name="holdout"), listed later
+    named.mkdir()
+    (named / "events.out.tfevents.1700000001.host").write_bytes(tfrecord(420, SUMMARY))
+    clock.now += 10
+    assert follower.poll() == 420
+    events.unlink()                                 # a vanished file is not an error
+    assert follower.poll() == 420
+    assert newest_evaluated(CheckpointReader(str(model)), metrics_step=500) == 500
+
+
+def test_the_coordinator_reports_the_newest_evaluated_step(tmp_path):
+    import fsspec
+
+    url = str(tmp_path / "model")
+    FakeTrainer(fsspec.filesystem("file"), url).save(200)
+    seen = []
+    coord = Coordinator(url, max_steps=200, clock=Clock(),
+                        on_change=lambda event, fields: seen.append((event, fields)))
+    assert coord.poll_once().evaluated_step is None
+    with open(f"{url}/tfcluster_metrics.jsonl", "w") as f:
+        f.write(json.dumps({"split": "eval", "step": 200, "metrics": {"auc": 0.7}}) + "\n")
+    assert coord.poll_once().evaluated_step == 200
+    assert ("evaluated", {"step": 200}) in seen
