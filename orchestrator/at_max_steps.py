@@ -32,7 +32,7 @@ def max_steps_from_env(env: dict[str, str] | None = None) -> int | None:
     try:
         steps = int(value)
     except ValueError:
-        raise SystemExit(f"orchestrator.at_max_steps: {ENV}={value!r} is not an integer")
+        raise SystemExit(f"orchestrator.at_max_steps: {ENV}={value!r} is not an integer") from None
     return steps if steps > 0 else None
 
 

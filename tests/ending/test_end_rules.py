@@ -16,7 +16,10 @@ def cluster(**states) -> list[TaskView]:
     return out
 
 
-def step(tasks, training=TrainingView(max_steps=600), now=100.0, sync=False,
+TRAINING = TrainingView(max_steps=600)
+
+
+def step(tasks, training=TRAINING, now=100.0, sync=False,
          trainers_done_at=None) -> EndStep:
     return end_step(now, tasks, training, TIMEOUTS, sync, trainers_done_at)
 
