@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.checkpoints import Checkpoint, CheckpointReader
-from orchestrator.coordinator import METRICS_FILE
 from orchestrator.evaluated import newest_evaluated
+from orchestrator.metrics_file import METRICS_FILE
 from orchestrator.sharding import SHARD_MARK
 
 IGNORED_FACTOR = 2          # newest checkpoint >= this x max_steps: max_steps was ignored

@@ -18,6 +18,7 @@ import time
 from typing import Callable
 
 from orchestrator.checkpoints import CheckpointReader
+from orchestrator.tfformats import newest_event_step
 
 EVAL_EVENTS = "eval*/events.out.tfevents.*"
 RELIST_SECS = 5.0
@@ -57,7 +58,7 @@ class EvaluationFollower:
                 del self._offsets[path]
                 continue
             try:
-                step, used = _newest_step(data)
+                step, used = newest_event_step(data)
             except ValueError:              # not TFRecords: never read it again
                 self._offsets[path] = 1 << 62
                 continue
@@ -65,12 +66,6 @@ class EvaluationFollower:
             if step is not None and (self.step is None or step > self.step):
                 self.step = step
         return self.step
-
-
-def _newest_step(data: bytes) -> tuple[int | None, int]:
-    from orchestrator.coordinator import newest_event_step  # one events decoder
-
-    return newest_event_step(data)
 
 
 def newest_evaluated(reader: CheckpointReader, metrics_step: int | None = None) -> int | None:

@@ -12,10 +12,11 @@ from __future__ import annotations
 import signal
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import IO, Any, ClassVar
+from typing import IO, TYPE_CHECKING, Any, ClassVar
 
-from launcher.spec import Spec
-from launcher.tf_config import JobPlan, TaskPlan
+if TYPE_CHECKING:
+    from launcher.plan import JobPlan, TaskPlan
+    from launcher.spec import Spec
 
 
 @dataclass
@@ -57,6 +58,8 @@ class Backend(ABC):
     """Start, poll, signal, stop tasks on one kind of infrastructure."""
 
     name: ClassVar[str]
+    # Every task is a process of this machine (it sees the launcher's filesystem).
+    local_processes: ClassVar[bool] = False
 
     def __init__(self, spec: Spec, options: Any = None):
         self.spec = spec
@@ -66,7 +69,12 @@ class Backend(ABC):
     def validate_options(cls, raw: dict[str, Any] | None, field: str) -> Any:
         """Validate this backend's section of the spec (``ssh``, ``slurm``...); raise
         SpecError naming the field. Default: the backend takes no options."""
-        return raw or {}
+        if raw:
+            from launcher.errors import SpecError
+
+            raise SpecError(f"{field}.{next(iter(raw))}",
+                            f"unknown key: backend {cls.name!r} takes no options")
+        return {}
 
     def host_for(self, host: str) -> str:
         """The address tasks use to reach ``host`` (the local backend maps all to localhost)."""
