@@ -176,6 +176,14 @@ def default_run_dir(spec, run_id: str) -> str:
     return os.path.join(base, run_id)
 
 
+def training_view_of(monitors: list):
+    """The coordinator's view of model_dir for the job loop's end rules, if it watches."""
+    from launcher.monitors import CoordinatorMonitor
+
+    return next((m.training_view for m in monitors if isinstance(m, CoordinatorMonitor)),
+                None)
+
+
 def monitors_for(plan, job_console, events) -> list:
     """The monitors that watch a job: the coordinator (launcher/monitors.py)."""
     from launcher.monitors import coordinator_monitor
@@ -187,7 +195,8 @@ def execute(spec, backend, plan, command, args) -> int:
     from launcher.events import EventLog
     from launcher.job import Job, PortConflict
     from launcher.output.console import Console
-    from launcher.output.summary import summary_table
+    from launcher.output.summary import closing_lines, summary_doc, summary_table
+    from orchestrator.roles import TRAINERS
 
     run_dir = args.run_dir or default_run_dir(spec, plan.run_id)
     os.makedirs(run_dir, exist_ok=True)
@@ -200,8 +209,9 @@ def execute(spec, backend, plan, command, args) -> int:
             return 0    # model_dir already holds a checkpoint at max_steps
         _write_plan(run_dir, plan)
         for attempt in range(MAX_PORT_RETRIES + 1):
-            job = Job(plan, backend, run_dir, console, monitors_for(plan, console, events),
-                      events)
+            monitors = monitors_for(plan, console, events)
+            job = Job(plan, backend, run_dir, console, monitors, events,
+                      training=training_view_of(monitors))
             try:
                 result = job.run()
                 break
@@ -214,20 +224,22 @@ def execute(spec, backend, plan, command, args) -> int:
                 _write_plan(run_dir, plan)
     finally:
         backend.close()
+    from launcher.closing import final_read
+    closing = final_read(plan.storage.reader(), plan.max_steps,
+                         any(t.type == "evaluator" for t in plan.tasks), spec.epochs,
+                         [r.log_path for r in result.runs if r.task.type in TRAINERS],
+                         plan.model_dir)
     table = summary_table(result.runs)
     verdict = "succeeded" if result.status == 0 else f"FAILED (exit status {result.status})"
     console.info(f"job {verdict} after {result.duration:.1f}s: {result.reason}\n{table}")
+    for line in closing_lines(result, closing):
+        console.info(line)
     from launcher.output.metrics_table import metrics_table
     metrics = metrics_table(plan.storage)
     if metrics:
         console.info(f"metrics of each checkpoint, evaluated afresh:\n{metrics}")
     with open(os.path.join(run_dir, "summary.json"), "w", encoding="utf-8") as f:
-        json.dump({"status": result.status, "reason": result.reason,
-                   "duration": round(result.duration, 3),
-                   "tasks": [{"task": r.name, "address": r.task.address, "exit": r.status,
-                              "stopped": r.stopped, "restarts": r.restarts,
-                              "duration": round(r.duration(), 3), "log": r.log_path}
-                             for r in result.runs]}, f, indent=2)
+        json.dump(summary_doc(result, closing), f, indent=2)
     return result.status
 
 

@@ -67,14 +67,17 @@ class EndStep:
 
 def end_step(now: float, tasks: Iterable[TaskView], training: TrainingView,
              timeouts: dict[str, float], synchronous: bool,
-             trainers_done_at: float | None) -> EndStep:
-    """The next step of the end (see the module docstring). ``trainers_done_at``: when the
-    last trainer ended (None while one runs)."""
+             trainers_done_at: float | None, done_at: float | None = None) -> EndStep:
+    """The next step of the end (see the module docstring). ``done_at``: when training was
+    seen done (max_steps reached, or the primary task exited 0; default now);
+    ``trainers_done_at``: when the last trainer ended (None while one runs)."""
     tasks = list(tasks)
     running = [t for t in tasks if t.running]
     trainers = [t for t in running if t.type in TRAINERS]
     if trainers:
-        return _trainers(now, tasks, trainers, training, timeouts, synchronous)
+        since = training.reached_at if training.reached_at is not None else \
+            done_at if done_at is not None else now
+        return _trainers(now, since, tasks, trainers, training, timeouts, synchronous)
     if any(t.restart_due and t.type in TRAINERS for t in tasks):
         return EndStep()
     ps = [t for t in running if t.type == "ps"]
@@ -84,7 +87,7 @@ def end_step(now: float, tasks: Iterable[TaskView], training: TrainingView,
     return _evaluator(now, tasks, training, timeouts, trainers_done_at)
 
 
-def _trainers(now: float, tasks: list[TaskView], trainers: list[TaskView],
+def _trainers(now: float, since: float, tasks: list[TaskView], trainers: list[TaskView],
               training: TrainingView, timeouts: dict[str, float],
               synchronous: bool) -> EndStep:
     primary = _primary(tasks)
@@ -95,15 +98,14 @@ def _trainers(now: float, tasks: list[TaskView], trainers: list[TaskView],
             return EndStep(_names(workers), f"{primary.name} saved its final checkpoint and "
                                             f"exited: {_names_text(workers)} add nothing "
                                             f"to the model after it")
-    if training.reached_at is None:
-        return EndStep()        # the primary ended (MWMS, or max_steps not known): wait
-    if not synchronous and _moving(training, len([t for t in tasks if t.type in TRAINERS])):
+    if training.reached_at is not None and not synchronous and \
+            _moving(training, len([t for t in tasks if t.type in TRAINERS])):
         return EndStep(_names(trainers), f"step {training.latest_step} is past max_steps "
                                          f"{training.max_steps} and still moving: the "
                                          f"script ignores max_steps")
-    if now - training.reached_at >= timeouts["finish"]:
+    if now - since >= timeouts["finish"]:
         return EndStep(_names(trainers), f"still running {timeouts['finish']:g}s after "
-                                         f"max_steps was reached (timeouts.finish)")
+                                         f"training was done (timeouts.finish)")
     return EndStep()
 
 

@@ -6,9 +6,10 @@ newest checkpoint, the latest evaluation from ``tfcluster_metrics.jsonl``), writ
 sees to the run's event log (``checkpoint``, ``checkpoint_incomplete``, ``coordinator``),
 and ends the job:
 
-- ``finish`` once the newest complete checkpoint reached max_steps: the job loop then lets
-  the trainers end on their own for ``timeouts.finish`` (and the evaluator for
-  ``timeouts.evaluator``) and stops what keeps going (trainers whose input repeats, ps);
+- ``finish`` once the newest complete checkpoint reached max_steps: the job loop's end
+  rules (launcher/ending.py) then stop trainers that keep going, the ps, and the evaluator
+  once it evaluated the final checkpoint; they read ``training_view()`` (step, final
+  checkpoint, newest evaluated step) every turn;
 - ``lost`` when a ps died while trainers run (naming it, so a restart policy can act);
 - ``fail`` when no new step or checkpoint came for ``timeouts.stall`` seconds
   (``timeouts.start`` + ``timeouts.stall`` before the first checkpoint), naming the
@@ -21,6 +22,7 @@ import collections
 import time
 from typing import Any, Callable, Protocol
 
+from launcher.ending import TrainingView
 from launcher.events import EventLog
 from launcher.output.console import Console
 from launcher.output.progress import progress_line
@@ -56,7 +58,8 @@ class CoordinatorMonitor:
         self._started: float | None = None
         self._last_line = ("", 0.0)
         self._decided: tuple[str, str] | None = None
-        self._restarts = 0
+        self._restarts = 0          # restart incidents (a cluster restart is one)
+        self._restarted = 0         # task restarts
         # What the coordinator's thread saw, written out by tick() on the job loop's
         # thread: every event lands between job_started and job_ended.
         self._seen: collections.deque = collections.deque()
@@ -79,9 +82,10 @@ class CoordinatorMonitor:
             self._started = now
             self.coordinator.start()
         self._flush()
-        restarts = sum(t.restarts for t in tasks)
-        if restarts != self._restarts:
-            self._restarts = restarts
+        restarted = sum(t.restarts for t in tasks)
+        if restarted != self._restarted:     # tasks started again in one turn: one incident
+            self._restarted = restarted
+            self._restarts += 1
             self.coordinator.note_restart()
         p = self.coordinator.progress()
         self._maybe_print(p, now)
@@ -104,14 +108,15 @@ class CoordinatorMonitor:
             self.console.info(line)
             self._last_line = (line, now)
 
+    def training_view(self) -> TrainingView:
+        """What model_dir says, for the job loop's end rules."""
+        p = self.coordinator.progress()
+        return TrainingView(max_steps=p.max_steps, latest_step=p.latest_step,
+                            final_step=p.step, evaluated_step=p.evaluated_step)
+
     def close(self) -> None:
+        # The closing lines come from one last read of model_dir (launcher/closing.py).
         self.coordinator.stop()
-        if self._started is None:
-            return
-        p = self.coordinator.progress()     # no new poll: job_ended is the last event
-        if p.max_steps is not None and p.step is not None and p.step < p.max_steps:
-            self.console.info(f"note: the newest complete checkpoint is at step {p.step}, "
-                              f"short of max_steps {p.max_steps}")
 
 
 def coordinator_monitor(plan: JobPlan, console: Console, events: EventLog) -> CoordinatorMonitor:

@@ -99,10 +99,11 @@ class Lines(io.StringIO):
         return self.getvalue().splitlines()
 
 
-def run_job(spec_doc: dict, backend: ScriptedBackend, run_dir, monitors=(),
+def run_job(spec_doc: dict, backend: ScriptedBackend, run_dir, monitors=(), training=None,
             **plan_kwargs) -> tuple[JobResult, Lines]:
     """Run the real job loop over ``backend`` on the spec ``spec_doc`` (backend
-    "scripted"); return the result and what the console printed."""
+    "scripted"); return the result and what the console printed. ``training``: the view of
+    model_dir the end rules read (launcher.ending.TrainingView), as the coordinator gives."""
     doc = {"command": ["train"], "model_dir": str(run_dir / "model"), "backend": "scripted",
            **spec_doc}
     spec = parse_spec(json.dumps(doc))
@@ -111,5 +112,5 @@ def run_job(spec_doc: dict, backend: ScriptedBackend, run_dir, monitors=(),
     out = Lines()
     clock = backend.clock
     job = Job(plan, backend, str(run_dir / "run"), Console(out, out), list(monitors),
-              clock=clock, wait=clock.sleep)
+              clock=clock, wait=clock.sleep, training=training)
     return job.run(), out

@@ -35,9 +35,13 @@ def test_workers_go_at_once_when_the_chief_of_asynchronous_training_exited():
 
 def test_synchronous_trainers_get_the_finish_window():
     tasks = [t for t in cluster(chief_0=EXITED) if t.type != "ps"]
-    reached = TrainingView(600, reached_at=90.0, reached_step=600, latest_step=600)
+    reached = TrainingView(600, reached_at=90.0, reached_step=600, latest_step=900)
     assert step(tasks, reached, now=119.0, sync=True) == EndStep()
     assert step(tasks, reached, now=120.0, sync=True).stop == ("worker:0", "worker:1")
+    chief_done = end_step(119.0, tasks, TRAINING, TIMEOUTS, True, None, done_at=90.0)
+    assert chief_done == EndStep()          # no max_steps seen: from the chief's exit
+    chief_done = end_step(120.0, tasks, TRAINING, TIMEOUTS, True, None, done_at=90.0)
+    assert chief_done.stop == ("worker:0", "worker:1")
 
 
 def test_trainers_that_keep_training_past_max_steps_are_stopped_at_the_next_turn():
