@@ -9,9 +9,10 @@ tasks and of model_dir; it stops what the answer names and ends the job when it 
    once it exited 0 a worker still running adds nothing to any checkpoint: stopped at
    once. Once a complete checkpoint reached max_steps, a trainer whose step keeps moving
    past it (the script ignores max_steps) is stopped at the next turn; the others (a chief
-   running a last evaluate, workers on their way out) get ``timeouts.finish`` from then to
-   end by themselves. Synchronous trainers (MultiWorkerMirroredStrategy) finish together:
-   they get ``timeouts.finish``.
+   running a last evaluate, workers on their way out) get ``timeouts.finish`` from the
+   moment max_steps was seen (in a checkpoint or the events file) to end by themselves:
+   without a checkpoint at max_steps yet, that is also the time to write one. Synchronous
+   trainers (MultiWorkerMirroredStrategy) finish together: they get ``timeouts.finish``.
 2. Parameter servers never exit by themselves: stopped once no trainer runs or is about to
    be restarted.
 3. The evaluator's window opens when the last trainer ended. Once it has evaluated a
@@ -96,9 +97,12 @@ def _trainers(now: float, since: float, tasks: list[TaskView], trainers: list[Ta
         workers = [t for t in trainers if t is not primary]
         if workers:
             return EndStep(_names(workers), f"{primary.name} saved its final checkpoint and "
-                                            f"exited: {_names_text(workers)} add nothing "
+                                            f"exited: {_names_text(workers)} "
+                                            f"add{'s' if len(workers) == 1 else ''} nothing "
                                             f"to the model after it")
-    if training.reached_at is not None and not synchronous and \
+    saved = training.final_step is not None and training.max_steps is not None and \
+        training.final_step >= training.max_steps
+    if saved and training.reached_at is not None and not synchronous and \
             _moving(training, len([t for t in tasks if t.type in TRAINERS])):
         return EndStep(_names(trainers), f"step {training.latest_step} is past max_steps "
                                          f"{training.max_steps} and still moving: the "

@@ -9,7 +9,8 @@ checkpoint, or the chief's events file growing). ``judge(tasks)`` turns that sna
 and the tasks' states (``TaskState``, given by whoever runs the tasks) into a ``Decision``
 (orchestrator/decisions.py):
 
-- ``finish`` when the newest complete checkpoint reached max_steps;
+- ``finish`` when the newest complete checkpoint reached max_steps, or the step in the
+  chief's events file did;
 - ``lost`` when a ps died while trainers still run (they would hang for ever): the
   restart policies decide what that means;
 - ``fail`` when nothing moved for ``stall`` seconds (``startup`` + ``stall`` before the
@@ -290,6 +291,13 @@ class Coordinator:
             assert p.checkpoint is not None
             self._finish = Decision(FINISH, f"checkpoint {p.checkpoint.name} reached "
                                             f"max_steps {p.max_steps}")
+            return self._finish
+        if p.max_steps is not None and p.events_step is not None and \
+                p.events_step >= p.max_steps:
+            # Summaries come more often than checkpoints: the end rules wait
+            # ``timeouts.finish`` for a checkpoint at max_steps before they stop trainers.
+            self._finish = Decision(FINISH, f"step {p.events_step} in the chief's events file "
+                                            f"reached max_steps {p.max_steps} ({self._where(p)})")
             return self._finish
         trainers = [t for t in tasks if t.type in TRAINERS and t.alive]
         if not trainers:

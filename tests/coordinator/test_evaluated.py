@@ -52,3 +52,20 @@ def test_the_coordinator_reports_the_newest_evaluated_step(tmp_path):
         f.write(json.dumps({"split": "eval", "step": 200, "metrics": {"auc": 0.7}}) + "\n")
     assert coord.poll_once().evaluated_step == 200
     assert ("evaluated", {"step": 200}) in seen
+
+
+def test_max_steps_in_the_events_file_finishes_before_a_checkpoint_does(tmp_path):
+    import fsspec
+
+    from orchestrator.decisions import FINISH
+
+    url = str(tmp_path / "model")
+    FakeTrainer(fsspec.filesystem("file"), url).save(0)
+    with open(f"{url}/events.out.tfevents.1700000000.host", "wb") as f:
+        f.write(tfrecord(0) + tfrecord(650, b"\x0a\x04loss"))
+    coord = Coordinator(url, max_steps=600, clock=Clock())
+    coord.poll_once()
+    decision = coord.judge([])
+    assert decision.action == FINISH
+    assert decision.reason == ("step 650 in the chief's events file reached max_steps 600 "
+                               "(newest complete checkpoint model.ckpt-0)")

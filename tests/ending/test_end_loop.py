@@ -40,10 +40,11 @@ class Model:
     def view(self) -> TrainingView:
         now = self.clock()
         step = self.max_steps + int(self.rate * max(0.0, now - self.reached))
+        saved = self.max_steps if now >= self.reached else None
         evaluated = self.max_steps if self.evaluated_at is not None and \
             now >= self.evaluated_at else None
         return TrainingView(self.max_steps, latest_step=step,
-                            final_step=self.max_steps if now >= self.reached else None,
+                            final_step=saved,
                             evaluated_step=evaluated)
 
 

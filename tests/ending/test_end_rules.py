@@ -45,12 +45,22 @@ def test_synchronous_trainers_get_the_finish_window():
 
 
 def test_trainers_that_keep_training_past_max_steps_are_stopped_at_the_next_turn():
-    reached = TrainingView(600, reached_at=99.0, reached_step=620, latest_step=620)
+    reached = TrainingView(600, reached_at=99.0, reached_step=620, latest_step=620,
+                           final_step=620)
     assert step(cluster(), reached) == EndStep()          # overshoot of async updates
-    on = TrainingView(600, reached_at=99.0, reached_step=620, latest_step=900)
+    on = TrainingView(600, reached_at=99.0, reached_step=620, latest_step=900, final_step=620)
     s = step(cluster(), on)
     assert s.stop == ("chief:0", "worker:0", "worker:1")
     assert "still moving: the script ignores max_steps" in s.reason
+
+
+def test_max_steps_seen_in_the_events_file_waits_for_a_checkpoint_at_max_steps():
+    """Stopping before any checkpoint reached max_steps would throw the steps away: the
+    trainers get timeouts.finish to write one."""
+    events = TrainingView(600, reached_at=99.0, reached_step=610, latest_step=900,
+                          final_step=580)
+    assert step(cluster(), events, now=128.0) == EndStep()
+    assert step(cluster(), events, now=129.0).stop == ("chief:0", "worker:0", "worker:1")
 
 
 def test_a_chief_that_evaluates_after_training_gets_timeouts_finish():
