@@ -7,19 +7,22 @@ tasks and of model_dir; it stops what the answer names and ends the job when it 
 
 1. Trainers. In asynchronous training (a ps holds the variables) only the chief saves, so
    once it exited 0 a worker still running adds nothing to any checkpoint: stopped at
-   once. Once a complete checkpoint reached max_steps, a trainer whose step keeps moving
-   past it (the script ignores max_steps) is stopped at the next turn; the others (a chief
+   once. Once a complete checkpoint reached max_steps, trainers whose step is past it by
+   more than asynchronous updates overshoot (``OVERSHOOT_PER_TRAINER`` steps per trainer:
+   the script ignores max_steps) are stopped in the same turn; the others (a chief
    running a last evaluate, workers on their way out) get ``timeouts.finish`` from the
    moment max_steps was seen (in a checkpoint or the events file) to end by themselves:
    without a checkpoint at max_steps yet, that is also the time to write one. Synchronous
    trainers (MultiWorkerMirroredStrategy) finish together: they get ``timeouts.finish``.
 2. Parameter servers never exit by themselves: stopped once no trainer runs or is about to
    be restarted.
-3. The evaluator's window opens when the last trainer ended. Once it has evaluated a
-   checkpoint at or past the target (max_steps, or the final checkpoint's step when
-   training ended short of it) and has been quiet for ``EVAL_QUIET`` s (a final export
-   prints), it is stopped; a script whose TrainSpec has no max_steps would loop for ever.
-   Otherwise it gets ``timeouts.evaluator`` from the window's opening, a restart included.
+3. The evaluator's window opens when the last trainer ended. Once it has evaluated the
+   final checkpoint (max_steps when none was written) and is idle (quiet for
+   ``EVAL_QUIET`` s, or its last line says it waits for the next checkpoint; a final export
+   prints neither), it is stopped: a script whose TrainSpec has no max_steps would loop for
+   ever. Otherwise it gets ``timeouts.evaluator`` from the window's opening, a restart
+   included. (TensorFlow's own evaluator exits by itself once it evaluated a checkpoint at
+   or past its max_steps; ``target_step`` is what counts as evaluated at the end.)
 4. The job is done when nothing runs and nothing is due to restart.
 """
 
@@ -30,6 +33,8 @@ from dataclasses import dataclass
 
 TRAINERS = ("chief", "master", "worker")
 EVAL_QUIET = 2.0          # s of silence after its final evaluation: the evaluator is idle
+# The last line TensorFlow's evaluator prints when it waits for a new checkpoint.
+IDLE_LINES = ("before starting next eval run", "No new checkpoint ready for evaluation")
 OVERSHOOT_PER_TRAINER = 3  # asynchronous updates past max_steps that are not "training on"
 
 
@@ -42,6 +47,7 @@ class TaskView:
     running: bool
     status: int | None = None      # exit status once ended
     quiet_for: float = 0.0         # s since its last output line
+    last_line: str = ""            # its last output line
     restart_due: bool = False      # ended, and the job loop will start it again
 
 
@@ -51,7 +57,6 @@ class TrainingView:
 
     max_steps: int | None = None
     reached_at: float | None = None   # when a complete checkpoint >= max_steps was seen
-    reached_step: int | None = None   # the newest step known then
     latest_step: int | None = None    # the newest step known now (events or checkpoint)
     final_step: int | None = None     # the newest complete checkpoint's step
     evaluated_step: int | None = None  # the newest step the evaluator evaluated
@@ -121,10 +126,13 @@ def _evaluator(now: float, tasks: list[TaskView], training: TrainingView,
     opened = trainers_done_at if trainers_done_at is not None else now
     window_over = now - opened >= timeouts["evaluator"]
     if running:
-        target = target_step(training)
+        # A running evaluator loops on: it will see the final checkpoint (TensorFlow's
+        # own exits by itself once it evaluated one at or past its max_steps).
+        target = training.final_step if training.final_step is not None else \
+            training.max_steps
         evaluated = training.evaluated_step
         if target is not None and evaluated is not None and evaluated >= target and \
-                all(t.quiet_for >= EVAL_QUIET for t in running):
+                all(idle(t) for t in running):
             return EndStep(_names(running), f"the evaluator evaluated step {evaluated} "
                                             f"(final: {target})")
         if window_over:
@@ -137,6 +145,12 @@ def _evaluator(now: float, tasks: list[TaskView], training: TrainingView,
     return EndStep(done=True)
 
 
+def idle(task: TaskView) -> bool:
+    """Quiet for a while, or its last line says it waits for a checkpoint (a final export
+    prints: it is neither)."""
+    return task.quiet_for >= EVAL_QUIET or any(m in task.last_line for m in IDLE_LINES)
+
+
 def target_step(training: TrainingView) -> int | None:
     """The step the evaluator must reach: max_steps, or the final checkpoint's step when
     training ended short of it (or max_steps is not known)."""
@@ -145,9 +159,9 @@ def target_step(training: TrainingView) -> int | None:
 
 
 def _moving(training: TrainingView, trainers: int) -> bool:
-    if training.latest_step is None or training.reached_step is None:
+    if training.latest_step is None or training.max_steps is None:
         return False
-    return training.latest_step > training.reached_step + OVERSHOOT_PER_TRAINER * trainers
+    return training.latest_step > training.max_steps + OVERSHOOT_PER_TRAINER * trainers
 
 
 def _primary(tasks: list[TaskView]) -> TaskView | None:

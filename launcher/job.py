@@ -135,7 +135,7 @@ class Job:
         self.started = clock()
         self.training_done_at: float | None = None   # when the chief or a monitor said so
         self.training = training      # what model_dir says (the coordinator's view)
-        self.reached: tuple[float, int | None] | None = None   # max_steps seen: when, step
+        self.reached_at: float | None = None   # when a monitor said max_steps was reached
         self.trainers_done_at: float | None = None   # after training: no trainer left
         self.incidents: list[dict] = []   # one per restart decision, with its tasks
         self.wake = threading.Event()  # set when a task's output ends: it is likely exiting
@@ -296,8 +296,8 @@ class Job:
                     failure = self._judge_lost(decision)
                     if failure:
                         return self._finish(1, failure)
-                if decision.action == FINISH and self.reached is None:
-                    self.reached = (self.clock(), self._training().latest_step)
+                if decision.action == FINISH and self.reached_at is None:
+                    self.reached_at = self.clock()
                 if decision.action == FINISH and self.training_done_at is None:
                     self.console.info(decision.reason)
                     self.training_done_at = self.clock()
@@ -380,8 +380,8 @@ class Job:
     def _training(self) -> TrainingView:
         view = self.training() if self.training is not None else \
             TrainingView(max_steps=self.plan.max_steps)
-        if self.reached is not None:
-            view = replace(view, reached_at=self.reached[0], reached_step=self.reached[1])
+        if self.reached_at is not None:
+            view = replace(view, reached_at=self.reached_at)
         return view
 
     def _ended_well(self) -> bool:
@@ -389,9 +389,11 @@ class Job:
         when every task ended."""
         now = self.clock()
         views = [TaskView(r.name, r.task.type, r.running, r.status,
-                          now - (r.last_output if r.last_output is not None else
-                                 r.started if r.started is not None else now),
-                          r.name in self.due) for r in self.runs]
+                          quiet_for=now - (r.last_output if r.last_output is not None else
+                                           r.started if r.started is not None else now),
+                          last_line=r.tail[-1] if r.tail else "",
+                          restart_due=r.name in self.due)
+                 for r in self.runs]
         if self.trainers_done_at is None and not any(
                 v.type in TRAINERS and (v.running or v.restart_due) for v in views):
             self.trainers_done_at = now

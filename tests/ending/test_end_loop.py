@@ -124,3 +124,10 @@ def test_a_cluster_restart_is_one_incident_naming_every_task_it_restarted(tmp_pa
     assert [(i["cause"], i["tasks"]) for i in result.incidents] == [
         ("worker:1", ["worker:1"]),
         ("ps:0", ["ps:0", "chief:0", "worker:0", "worker:1"])]
+
+
+def test_trainers_that_printed_are_not_taken_for_restarts(tmp_path):
+    chatty = [Script(lines=["INFO:tensorflow:loss = 0.6, step = 700"])]
+    backend = ScriptedBackend({"chief:0": chatty, "worker:0": chatty, "worker:1": chatty})
+    result, _ = run(backend, Model(backend.clock, reached=5.0, rate=300.0), tmp_path)
+    assert result.status == 0 and 5 <= result.duration < 5 + TIMEOUTS["poll"]

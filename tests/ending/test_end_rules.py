@@ -35,7 +35,7 @@ def test_workers_go_at_once_when_the_chief_of_asynchronous_training_exited():
 
 def test_synchronous_trainers_get_the_finish_window():
     tasks = [t for t in cluster(chief_0=EXITED) if t.type != "ps"]
-    reached = TrainingView(600, reached_at=90.0, reached_step=600, latest_step=900)
+    reached = TrainingView(600, reached_at=90.0, latest_step=900)
     assert step(tasks, reached, now=119.0, sync=True) == EndStep()
     assert step(tasks, reached, now=120.0, sync=True).stop == ("worker:0", "worker:1")
     chief_done = end_step(119.0, tasks, TRAINING, TIMEOUTS, True, None, done_at=90.0)
@@ -44,11 +44,10 @@ def test_synchronous_trainers_get_the_finish_window():
     assert chief_done.stop == ("worker:0", "worker:1")
 
 
-def test_trainers_that_keep_training_past_max_steps_are_stopped_at_the_next_turn():
-    reached = TrainingView(600, reached_at=99.0, reached_step=620, latest_step=620,
-                           final_step=620)
+def test_trainers_that_keep_training_past_max_steps_are_stopped_at_once():
+    reached = TrainingView(600, reached_at=99.0, latest_step=605, final_step=603)
     assert step(cluster(), reached) == EndStep()          # overshoot of async updates
-    on = TrainingView(600, reached_at=99.0, reached_step=620, latest_step=900, final_step=620)
+    on = TrainingView(600, reached_at=99.0, latest_step=650, final_step=650)
     s = step(cluster(), on)
     assert s.stop == ("chief:0", "worker:0", "worker:1")
     assert "still moving: the script ignores max_steps" in s.reason
@@ -57,7 +56,7 @@ def test_trainers_that_keep_training_past_max_steps_are_stopped_at_the_next_turn
 def test_max_steps_seen_in_the_events_file_waits_for_a_checkpoint_at_max_steps():
     """Stopping before any checkpoint reached max_steps would throw the steps away: the
     trainers get timeouts.finish to write one."""
-    events = TrainingView(600, reached_at=99.0, reached_step=610, latest_step=900,
+    events = TrainingView(600, reached_at=99.0, latest_step=900,
                           final_step=580)
     assert step(cluster(), events, now=128.0) == EndStep()
     assert step(cluster(), events, now=129.0).stop == ("chief:0", "worker:0", "worker:1")
@@ -67,7 +66,7 @@ def test_a_chief_that_evaluates_after_training_gets_timeouts_finish():
     """TonY's example runs classifier.evaluate on the chief after train_and_evaluate: its
     step does not move, so it is not stopped as a runaway trainer."""
     tasks = cluster(worker_0=EXITED, worker_1=EXITED)
-    reached = TrainingView(600, reached_at=70.0, reached_step=601, latest_step=601)
+    reached = TrainingView(600, reached_at=70.0, latest_step=601)
     assert step(tasks, reached, now=99.0) == EndStep()
     assert step(tasks, reached, now=100.0).stop == ("chief:0",)
 
@@ -89,6 +88,10 @@ def test_the_evaluator_is_stopped_once_it_evaluated_the_final_checkpoint_and_is_
     view = TrainingView(600, final_step=602, evaluated_step=602)
     assert step(cluster(**busy), view, trainers_done_at=99.0) == EndStep()   # exporting
     assert step(cluster(**idle), view, trainers_done_at=99.0).stop == ("evaluator:0",)
+    waits = dict(TRAINED, evaluator_0={"running": True, "quiet_for": 0.1, "last_line":
+                                       "INFO:tensorflow:Waiting 0.999646 secs before "
+                                       "starting next eval run."})
+    assert step(cluster(**waits), view, trainers_done_at=99.0).stop == ("evaluator:0",)
     before = TrainingView(600, final_step=602, evaluated_step=580)
     assert step(cluster(**idle), before, trainers_done_at=99.0) == EndStep()
 
