@@ -42,7 +42,7 @@ def main(args):
         print("You must specify model_dir for checkpoints such as /tmp/tfkeras_example/.")
         return
     model_dir = args[1]
-    print("Using %s to store checkpoints." % model_dir)
+    print("Using %s to store checkpoints." % model_dir)  # noqa: UP031
 
     model = tf.keras.Sequential()
     model.add(tf.keras.layers.Dense(16, activation="relu", input_shape=(10,)))
