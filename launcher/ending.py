@@ -6,8 +6,8 @@ tasks and of model_dir; it stops what the answer names and ends the job when it 
 ``done``. The rules (docs/ending.md):
 
 1. Trainers. In asynchronous training (a ps holds the variables) only the chief saves, so
-   once it exited 0 a worker still running adds nothing to any checkpoint: stopped at
-   once. Once a complete checkpoint reached max_steps, trainers whose step is past it by
+   once it exited 0 a worker still running adds nothing to any checkpoint: stopped one
+   poll (``timeouts.poll``) after the chief's exit, time for workers that end with it. Once a complete checkpoint reached max_steps, trainers whose step is past it by
    more than asynchronous updates overshoot (``OVERSHOOT_PER_TRAINER`` steps per trainer:
    the script ignores max_steps) are stopped in the same turn; the others (a chief
    running a last evaluate, workers on their way out) get ``timeouts.finish`` from the
@@ -49,6 +49,7 @@ class TaskView:
     quiet_for: float = 0.0         # s since its last output line
     last_line: str = ""            # its last output line
     restart_due: bool = False      # ended, and the job loop will start it again
+    ended_at: float | None = None  # job-loop clock time of its exit
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,9 @@ def _trainers(now: float, since: float, tasks: list[TaskView], trainers: list[Ta
               synchronous: bool) -> EndStep:
     primary = _primary(tasks)
     asynchronous = not synchronous and any(t.type == "ps" for t in tasks)
-    if asynchronous and primary is not None and not primary.running and primary.status == 0:
+    if asynchronous and primary is not None and not primary.running and primary.status == 0 \
+            and now - (primary.ended_at if primary.ended_at is not None else now) >= \
+            timeouts.get("poll", 1.0):
         workers = [t for t in trainers if t is not primary]
         if workers:
             return EndStep(_names(workers), f"{primary.name} saved its final checkpoint and "

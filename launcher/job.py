@@ -392,7 +392,7 @@ class Job:
                           quiet_for=now - (r.last_output if r.last_output is not None else
                                            r.started if r.started is not None else now),
                           last_line=r.tail[-1] if r.tail else "",
-                          restart_due=r.name in self.due)
+                          restart_due=r.name in self.due, ended_at=r.ended)
                  for r in self.runs]
         if self.trainers_done_at is None and not any(
                 v.type in TRAINERS and (v.running or v.restart_due) for v in views):
