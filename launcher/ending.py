@@ -7,12 +7,13 @@ tasks and of model_dir; it stops what the answer names and ends the job when it 
 
 1. Trainers. In asynchronous training (a ps holds the variables) only the chief saves, so
    once it exited 0 a worker still running adds nothing to any checkpoint: stopped one
-   poll (``timeouts.poll``) after the chief's exit, time for workers that end with it. Once a complete checkpoint reached max_steps, trainers whose step is past it by
-   more than asynchronous updates overshoot (``OVERSHOOT_PER_TRAINER`` steps per trainer:
-   the script ignores max_steps) are stopped in the same turn; the others (a chief
-   running a last evaluate, workers on their way out) get ``timeouts.finish`` from the
-   moment max_steps was seen (in a checkpoint or the events file) to end by themselves:
-   without a checkpoint at max_steps yet, that is also the time to write one. Synchronous
+   poll (``timeouts.poll``) after the chief's exit, time for workers that end with it.
+   Once a complete checkpoint reached max_steps, trainers whose step is past it by more
+   than asynchronous updates overshoot (``OVERSHOOT_PER_TRAINER`` steps per trainer: the
+   script ignores max_steps) are stopped in the same turn; the others (a chief running a
+   last evaluate, workers on their way out) get ``timeouts.finish`` from the moment
+   max_steps was seen (in a checkpoint or the events file) to end by themselves: without
+   a checkpoint at max_steps yet, that is also the time to write one. Synchronous
    trainers (MultiWorkerMirroredStrategy) finish together: they get ``timeouts.finish``.
 2. Parameter servers never exit by themselves: stopped once no trainer runs or is about to
    be restarted.
