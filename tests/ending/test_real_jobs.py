@@ -103,3 +103,17 @@ def test_a_model_dir_other_than_the_spec_s_shows_tensorflow_s_error(tmp_path):
     assert "chief:0: ValueError: `model_dir` are set both in constructor and `RunConfig`, " \
            "but with different values" in proc.stderr
     assert "pass os.environ['TFCLUSTER_MODEL_DIR'] (the very same string)" in proc.stderr
+
+
+def test_the_opt_in_runner_stops_an_unmodified_script_at_max_steps(tmp_path):
+    """The same Kubeflow script under `python -m orchestrator.at_max_steps`: its TrainSpec
+    gets max_steps from TFCLUSTER_MAX_STEPS, so the chief stops there by itself."""
+    command = ["sh", "-c", f"exec {shlex.quote(PY_TF215)} -m orchestrator.at_max_steps "
+                           f"{THIRDPARTY / 'kubeflow_keras_estimator.py'} "
+                           f'"$TFCLUSTER_MODEL_DIR"']
+    proc, summary, _ = launch(tmp_path, {"max_steps": 200, "command": command,
+                                         "env": {"PYTHONPATH": str(REPO)}})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    chief = next(t for t in summary["tasks"] if t["task"] == "chief:0")
+    assert chief["exit"] == 0 and not chief["stopped"]      # it stopped by itself
+    assert 0 <= summary["steps_past_max_steps"] <= 9        # asynchronous overshoot only
