@@ -78,8 +78,8 @@ def main() -> None:
     results: dict[str, list[dict]] = {name: [] for name in CASES}
     with tempfile.TemporaryDirectory() as tmp:
         for round_ in range(args.repeat):
-            for name, (script, evaluator) in CASES.items():
-                work = Path(tmp) / f"{round_}-{len(results[name])}-{name.split(',')[0]}"
+            for n, (name, (script, evaluator)) in enumerate(CASES.items()):
+                work = Path(tmp) / f"{round_}-{n}"
                 work.mkdir(parents=True)
                 r = run_case(script, evaluator, args.max_steps, work)
                 results[name].append(r)

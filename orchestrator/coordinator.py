@@ -40,6 +40,7 @@ RATE_WINDOW = 20           # checkpoints kept to estimate steps per second
 METRICS_TAIL_BYTES = 16384  # a new eval line is looked for in the file's last bytes
 EVENTS_REDISCOVER_SECS = 30.0
 EVENTS_READ_MAX = 4 << 20   # bytes of new events read per poll at most
+NEAR_END_POLL_MIN = 0.1     # s: the fastest poll, close to max_steps
 
 
 @dataclass(frozen=True)
@@ -128,8 +129,16 @@ class Coordinator:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            self.poll_once()
-            self._stop.wait(self.poll_interval)
+            p = self.poll_once()
+            self._stop.wait(self.next_wait(p))
+
+    def next_wait(self, p: Progress) -> float:
+        """Seconds to the next poll: ``poll``, and a tenth of it (at least 0.1 s) while
+        max_steps is less than two polls ahead, so that trainers that run past it are
+        seen, and stopped, within fewer steps."""
+        near = p.max_steps is not None and not p.reached_max_steps and \
+            p.eta_secs is not None and p.eta_secs <= 2 * self.poll_interval
+        return max(NEAR_END_POLL_MIN, self.poll_interval / 10) if near else self.poll_interval
 
     # ------------------------------------------------------------------ reading
     def progress(self) -> Progress:

@@ -69,3 +69,12 @@ def test_max_steps_in_the_events_file_finishes_before_a_checkpoint_does(tmp_path
     assert decision.action == FINISH
     assert decision.reason == ("step 650 in the chief's events file reached max_steps 600 "
                                "(newest complete checkpoint model.ckpt-0)")
+
+
+def test_polls_come_faster_when_max_steps_is_near():
+    from orchestrator.coordinator import Progress
+
+    coord = Coordinator("memory://near", max_steps=1000, poll=1.0, clock=Clock())
+    assert coord.next_wait(Progress(max_steps=1000, eta_secs=30.0)) == 1.0
+    assert coord.next_wait(Progress(max_steps=1000, eta_secs=1.5)) == 0.1
+    assert coord.next_wait(Progress(max_steps=None, eta_secs=1.5)) == 1.0
