@@ -111,6 +111,7 @@ class Coordinator:
         self._metrics_size = -1
         self._finish: Decision | None = None
         self._evaluations = EvaluationFollower(self.reader, clock=clock)
+        self._reached_at: float | None = None
 
     # ------------------------------------------------------------------ thread
     def start(self) -> Coordinator:
@@ -133,11 +134,16 @@ class Coordinator:
             self._stop.wait(self.next_wait(p))
 
     def next_wait(self, p: Progress) -> float:
-        """Seconds to the next poll: ``poll``, and a tenth of it (at least 0.1 s) while
-        max_steps is less than two polls ahead, so that trainers that run past it are
-        seen, and stopped, within fewer steps."""
-        near = p.max_steps is not None and not p.reached_max_steps and \
-            p.eta_secs is not None and p.eta_secs <= 2 * self.poll_interval
+        """Seconds to the next poll: ``poll``, and a tenth of it (at least 0.1 s) from when
+        max_steps is less than two polls ahead until two polls after it was reached, so
+        that trainers that run past it are seen, and stopped, within fewer steps."""
+        if p.reached_max_steps and self._reached_at is None:
+            self._reached_at = self.clock()
+        near = p.max_steps is not None and (
+            (self._reached_at is not None and
+             self.clock() - self._reached_at < 2 * self.poll_interval) or
+            (not p.reached_max_steps and p.eta_secs is not None and
+             p.eta_secs <= 2 * self.poll_interval))
         return max(NEAR_END_POLL_MIN, self.poll_interval / 10) if near else self.poll_interval
 
     # ------------------------------------------------------------------ reading

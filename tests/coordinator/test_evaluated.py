@@ -72,9 +72,15 @@ def test_max_steps_in_the_events_file_finishes_before_a_checkpoint_does(tmp_path
 
 
 def test_polls_come_faster_when_max_steps_is_near():
+    from orchestrator.checkpoints import Checkpoint
     from orchestrator.coordinator import Progress
 
     coord = Coordinator("memory://near", max_steps=1000, poll=1.0, clock=Clock())
     assert coord.next_wait(Progress(max_steps=1000, eta_secs=30.0)) == 1.0
     assert coord.next_wait(Progress(max_steps=1000, eta_secs=1.5)) == 0.1
     assert coord.next_wait(Progress(max_steps=None, eta_secs=1.5)) == 1.0
+    reached = Progress(max_steps=1000, checkpoint=Checkpoint("model.ckpt-1000", "", 1000,
+                                                            "estimator", 1, 1000))
+    assert coord.next_wait(reached) == 0.1           # until two polls after it
+    coord.clock.now += 2.0
+    assert coord.next_wait(reached) == 1.0
