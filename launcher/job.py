@@ -39,7 +39,7 @@ from launcher.events import EventLog
 from launcher.output.console import Console
 from launcher.plan import JobPlan, TaskPlan
 from launcher.restarts import RestartBook
-from launcher.tracebacks import Excerpt, describe
+from launcher.tracebacks import Excerpt, describe, last_exception
 from orchestrator.decisions import CLUSTER, FAIL, FINISH, IGNORE, LOST, Decision, TaskState
 from orchestrator.roles import PRIMARY_ORDER, TRAINERS
 
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
 PORT_IN_USE = ("Address already in use", "Failed to add port", "bind: address")
 TAIL_LINES = 20
+EXITING_GRACE = 1.0     # s a task dying of its own error gets before it is stopped
 SIGNALLED = (-signal.SIGTERM, -signal.SIGKILL, 128 + signal.SIGTERM, 128 + signal.SIGKILL)
 # TensorFlow's words when the script's own model_dir is not the one in TF_CONFIG.
 MODEL_DIR_MISMATCH = ("must have the same value as the model_dir in TF_CONFIG",
@@ -239,6 +240,7 @@ class Job:
         if not runs:
             return
         self.events.write("stopping", tasks=[r.name for r in runs], reason=reason)
+        self._let_exiting_tasks_end(runs)
         for run in runs:
             if run.handle.poll() is not None:
                 continue        # it ended by itself: reaped below with its own status
@@ -252,6 +254,19 @@ class Job:
             if run.running:
                 run.handle.kill()
         while any(r.running for r in runs):
+            self.wait(0.02)
+            self._reap()
+
+    def _let_exiting_tasks_end(self, runs: list[TaskRun]) -> None:
+        """A task whose last lines, just printed, end a traceback is dying of its own error
+        (TensorFlow's teardown takes a moment): give it up to ``EXITING_GRACE`` s, so that
+        it ends with its own status and is not reported as stopped."""
+        now = self.clock()
+        exiting = [r for r in runs if r.running and r.last_output is not None and
+                   now - r.last_output < 2 * EXITING_GRACE and
+                   last_exception(list(r.tail)) is not None]
+        deadline = now + EXITING_GRACE
+        while any(r.running for r in exiting) and self.clock() < deadline:
             self.wait(0.02)
             self._reap()
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import signal
+import threading
 from dataclasses import dataclass, field
 
 from support import FakeClock
@@ -35,6 +36,24 @@ class Script:
     lines: list[str] = field(default_factory=list)
 
 
+class Output:
+    """A task's output as a process gives it: its lines, then end of file only once the
+    task has ended (as a pipe closes at exit)."""
+
+    def __init__(self, lines: list[bytes]):
+        self.lines = list(lines)
+        self.exited = threading.Event()
+
+    def readline(self) -> bytes:
+        if self.lines:
+            return self.lines.pop(0)
+        self.exited.wait()
+        return b""
+
+    def close_at_exit(self) -> None:
+        self.exited.set()
+
+
 class ScriptedHandle(TaskHandle):
     def __init__(self, task: TaskPlan, script: Script, clock: FakeClock):
         self.task = task
@@ -43,14 +62,15 @@ class ScriptedHandle(TaskHandle):
         self.started = clock()
         self.ended: int | None = None
         self.signals: list[int] = []
-        text = "".join(f"{line}\n" for line in script.lines)
-        self.output = io.BytesIO(text.encode())
+        self.output = Output([f"{line}\n".encode() for line in script.lines])
 
     def poll(self) -> int | None:
         s = self.script
         if self.ended is None and s.exit_at is not None and \
                 self.clock() - self.started >= s.exit_at:
             self.ended = s.status
+        if self.ended is not None:
+            self.output.close_at_exit()
         return self.ended
 
     def signal(self, sig: int) -> None:
@@ -59,6 +79,7 @@ class ScriptedHandle(TaskHandle):
             return
         if sig == signal.SIGKILL or not (sig == signal.SIGTERM and self.script.ignores_term):
             self.ended = -sig
+            self.output.close_at_exit()
 
 
 class ScriptedBackend(Backend):

@@ -131,3 +131,17 @@ def test_trainers_that_printed_are_not_taken_for_restarts(tmp_path):
     backend = ScriptedBackend({"chief:0": chatty, "worker:0": chatty, "worker:1": chatty})
     result, _ = run(backend, Model(backend.clock, reached=5.0, rate=300.0), tmp_path)
     assert result.status == 0 and 5 <= result.duration < 5 + TIMEOUTS["poll"]
+
+
+def test_a_task_dying_of_its_own_error_as_another_fails_keeps_its_own_status(tmp_path):
+    """worker:1 printed its traceback and is still tearing down when worker:0's failure
+    stops the job: it gets a moment, and is reported with its own exit status."""
+    trace = ["Traceback (most recent call last):", '  File "t.py", line 2, in <module>',
+             "RuntimeError: worker:1 broke too"]
+    backend = ScriptedBackend({
+        "worker:0": [Script(exit_at=1.5, status=1, lines=VANISHED[:2] + ["KeyError: 'x'"])],
+        "worker:1": [Script(exit_at=2.2, status=1, lines=trace)]})
+    result, _ = run_job({"cluster": CLUSTER, "timeouts": TIMEOUTS}, backend, tmp_path)
+    assert result.status == 1 and "worker:0 failed" in result.reason
+    assert status(result, "worker:1") == "1"
+    assert status(result, "chief:0") == "stopped (SIGTERM)"
