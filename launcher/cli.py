@@ -117,9 +117,12 @@ def run_cli(argv: list[str]) -> int:
         backend_class(section).validate_options(raw, section)
     cls = backend_class(backend_name)
     backend = cls(spec, cls.validate_options(spec.backend_options.get(backend_name), backend_name))
-    if not (command or spec.command):
-        raise SpecError("command", "no command to run: set \"command\" in the spec or give it "
-                                   "after --", spec.source)
+    missing = [r for r in spec.role_names if not spec.command_for(r, command)]
+    if missing:
+        field = "command" if len(missing) == len(spec.role_names) else \
+            f"roles.{missing[0]}.command"
+        raise SpecError(field, "no command to run: set \"command\" in the spec or give it "
+                               "after --", spec.source)
     if not args.dry_run:
         backend.prepare()
     plan = make_plan(spec, backend, command)
@@ -159,8 +162,12 @@ def render_dry_run(plan, backend, as_json: bool = False) -> str:
     lines = [f"# job {plan.name}  run {plan.run_id}  backend {backend.name}  "
              f"max_steps {plan.max_steps if plan.max_steps is not None else '(not set)'}",
              f"# model_dir {plan.model_dir}"]
+    if any(t["auto_port"] for t in tasks):
+        lines.append("# ports marked 'auto' were picked now and are picked again at start: "
+                     "give host:port in the spec to fix them")
     for t in tasks:
-        lines.append(f"{t['type']}:{t['index']}  {t['host']}:{t['port']}")
+        auto = "  (auto)" if t["auto_port"] else ""
+        lines.append(f"{t['type']}:{t['index']}  {t['host']}:{t['port']}{auto}")
         for key, value in t["env"].items():
             lines.append(f"  {key}={shlex.quote(value)}")
         lines.append(f"  command: {shlex.join(t['command'])}")

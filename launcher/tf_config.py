@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable
 
+from launcher.expand import expand, expand_args
 from launcher.spec import Address, Spec
 from orchestrator.steps import derive_max_steps
 
@@ -25,6 +26,9 @@ class TaskPlan:
     env: dict[str, str]
     cwd: str | None = None
     auto_port: bool = False
+    # the command as the spec gives it, before $(VAR) expansion (Kubernetes expands it in
+    # the pod); None when it has nothing to expand
+    raw_command: list[str] | None = None
 
     @property
     def name(self) -> str:
@@ -37,7 +41,8 @@ class TaskPlan:
 
     def to_dict(self) -> dict:
         return {"type": self.type, "index": self.index, "host": self.host, "port": self.port,
-                "command": self.command, "env": self.env, "cwd": self.cwd}
+                "auto_port": self.auto_port, "command": self.command, "env": self.env,
+                "cwd": self.cwd}
 
 
 @dataclass
@@ -98,9 +103,9 @@ def build_plan(
     """
     run_id = run_id or new_run_id(spec.name)
     max_steps = max_steps_of(spec)
-    argv = list(command or spec.command)
-    if not argv:
-        raise ValueError("no command: give one in the spec or after --")
+    missing = [r for r in spec.role_names if not spec.command_for(r, command)]
+    if missing:
+        raise ValueError(f"no command for {missing[0]}: give one in the spec or after --")
 
     def resolve(addr: Address) -> tuple[str, int, bool]:
         host = host_for(addr.host)
@@ -122,19 +127,26 @@ def build_plan(
     cluster = {job: [fmt(*resolved[(job, i)][:2]) for i in range(len(spec.cluster[job]))]
                for job in spec.cluster}
     shard_of = {t: n for n, t in enumerate(spec.trainers)}
+    hosts_env = {f"TFCLUSTER_{job.upper()}_HOSTS": ",".join(addrs)
+                 for job, addrs in cluster.items()}
 
     tasks = []
     for job, i, _ in roles:
         host, port, auto = resolved[(job, i)]
         env = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
         env.update(base_env or {})
-        env.update(spec.env)
-        env.update({
+        ours = {
             "TF_CONFIG": tf_config(cluster, job, i),
             "TFCLUSTER_RUN_ID": run_id,
             "TFCLUSTER_MODEL_DIR": spec.model_dir,
             "TFCLUSTER_TASK": f"{job}:{i}",
-        })
+            "TFCLUSTER_TASK_TYPE": job,
+            "TFCLUSTER_TASK_INDEX": str(i),
+            **hosts_env,
+        }
+        # the spec's values may name ours: "JOB_NAME": "$(TFCLUSTER_TASK_TYPE)"
+        env.update({k: expand(v, ours) for k, v in spec.env_for(job).items()})
+        env.update(ours)
         if max_steps is not None:
             env["TFCLUSTER_MAX_STEPS"] = str(max_steps)
         if (job, i) in shard_of:
@@ -144,6 +156,9 @@ def build_plan(
             env["TFCLUSTER_EPOCHS"] = str(spec.epochs)
             env["TFCLUSTER_EXAMPLES"] = str(spec.examples)
             env["TFCLUSTER_BATCH_SIZE"] = str(spec.batch_size)
-        tasks.append(TaskPlan(job, i, host, port, list(argv), env, spec.workdir, auto))
+        argv = spec.command_for(job, command)
+        expanded = expand_args(argv, env)
+        tasks.append(TaskPlan(job, i, host, port, expanded, env, spec.workdir_for(job), auto,
+                              raw_command=argv if expanded != argv else None))
     return JobPlan(run_id, spec.name, spec.model_dir, max_steps, tasks, spec.strategy)
 
