@@ -24,8 +24,16 @@ SUBCOMMANDS = {
 MAX_PORT_RETRIES = 3
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        from launcher.remote_bootstrap import shown
+
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {shown(message)}\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="launch",
         description="Run a distributed TensorFlow job (chief, workers, ps, evaluator) from one "
                     "cluster spec: every task gets its TF_CONFIG, the job ends at max_steps, "
@@ -95,7 +103,10 @@ def _guard(fn) -> int:
     try:
         return fn()
     except UsageError as e:
-        print(f"launch: error: {e}", file=sys.stderr)
+        from launcher.remote_bootstrap import shown
+
+        text = "\n".join(shown(line) for line in str(e).split("\n"))
+        print(f"launch: error: {text}", file=sys.stderr)
         return e.exit_status
     except KeyboardInterrupt:
         print("launch: interrupted", file=sys.stderr)
@@ -124,6 +135,10 @@ def run_cli(argv: list[str]) -> int:
         raise SpecError(field, "no command to run: set \"command\" in the spec or give it "
                                "after --", spec.source)
     if not args.dry_run:
+        from launcher.environment import check_fsspec_driver, check_run_dir
+
+        check_fsspec_driver(spec.model_dir)
+        check_run_dir(args.run_dir or spec.run_dir or os.path.join(".tfcluster", "runs"))
         backend.prepare()
     plan = make_plan(spec, backend, command)
     if args.dry_run:
@@ -195,11 +210,11 @@ def execute(spec, backend, plan, command, args) -> int:
     from launcher.job import Console, Job, PortConflict, summary_table
 
     run_dir = args.run_dir or default_run_dir(spec, plan.run_id)
-    os.makedirs(run_dir, exist_ok=True)
     console = Console(quiet=args.quiet)
     events = EventLog(os.path.join(run_dir, "events.jsonl"))
     try:
         backend.preflight(plan)
+        os.makedirs(run_dir, exist_ok=True)     # not for a job refused by the preflight
         from launcher.storage_check import preflight_model_dir
         if preflight_model_dir(spec, plan, backend, args, console, events):
             return 0    # model_dir already holds a checkpoint at max_steps

@@ -16,6 +16,7 @@ import subprocess
 import sys
 
 from launcher.backends.base import Backend, ProbeResult, TaskHandle
+from launcher.environment import check_local_programs
 from launcher.errors import PreflightError
 from launcher.tf_config import JobPlan, TaskPlan
 from launcher.watchdog import Watchdog
@@ -134,6 +135,7 @@ class LocalBackend(Backend):
         explicitly is free here."""
         if self.spec.backend == "local":
             check_hosts_are_local(self.spec)
+        check_local_programs(plan.tasks)
         for task in plan.tasks:
             if not task.auto_port and port_taken(task.port):
                 raise PreflightError(f"{task.name}: port {task.port} is already in use on "
