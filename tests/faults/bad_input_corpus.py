@@ -258,13 +258,6 @@ CASES: list[tuple[str, object, list[str], str]] = [
     ("run-dir-in-proc", {}, ["--run-dir", "/proc/tfcluster-runs"],
      "launch: error: run_dir /proc/tfcluster-runs: cannot create it in /proc (No such file "
      "or directory)"),
-    ("storage-probe-python-missing",
-     {"command": ["train.sh"], "env": {"PATH": "{tmp}/bin"}, "cluster": {"chief": 1}}, [],
-     "launch: error: model_dir is not the same storage for every task; the chief and every "
-     "ps must write into one place:\n"
-     "  chief:0 on host localhost (?): the storage check could not run python3 there (exit "
-     "status 127): [Errno 2] No such file or directory: 'python3'\n"
-     '(set "check_storage": false in the spec to skip this check)'),
     ("deeply-nested-json", Raw('{"cluster": ' + "[" * 100000), [],
      E + "invalid JSON: lists or objects nested too deeply"),
 ]

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from launcher.expand import expand
+from launcher.plan import build_plan
 from launcher.spec import parse_spec
-from launcher.tf_config import build_plan
 
 TF1 = ["python", "train.py", "--job_name=$(TFCLUSTER_TASK_TYPE)",
        "--task_index=$(TFCLUSTER_TASK_INDEX)", "--ps_hosts=$(TFCLUSTER_PS_HOSTS)",

@@ -1,0 +1,33 @@
+"""Environment checks that the corpus cannot reach through the local backend's shortcuts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from launcher.backends.local import LocalBackend
+from launcher.errors import PreflightError
+from launcher.plan import build_plan
+from launcher.spec import parse_spec
+from launcher.storage_check import check_shared_storage
+
+
+class ProbingLocal(LocalBackend):
+    """The local backend, probing every task as a remote backend must."""
+
+    local_processes = False
+
+
+def test_a_missing_interpreter_is_named_not_model_dir(tmp_path):
+    spec = parse_spec(json.dumps({"cluster": {"chief": 1}, "command": ["python3.99", "t.py"],
+                                  "model_dir": str(tmp_path / "model"), "max_steps": 1}))
+    backend = ProbingLocal(spec)
+    plan = build_plan(spec, port_for=backend.allocate_port, host_for=backend.host_for)
+    with pytest.raises(PreflightError) as e:
+        check_shared_storage(plan, backend)
+    assert str(e.value).splitlines()[1] == (
+        "  chief:0 on host localhost (?): the storage check could not run python3.99 there "
+        "(exit status 127): [Errno 2] No such file or directory: 'python3.99'")
+    assert "cannot write model_dir" not in str(e.value)
+    assert not (tmp_path / "model").exists()
