@@ -8,12 +8,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
-import os
-import shlex
 import signal
 import sys
-from typing import Any
 
 from launcher.errors import UsageError
 
@@ -21,7 +17,6 @@ SUBCOMMANDS = {
     "report": "launcher.output.report",
     "evaluate": "orchestrator.offline_eval",
 }
-MAX_PORT_RETRIES = 3
 
 
 class _Parser(argparse.ArgumentParser):
@@ -55,6 +50,9 @@ def _parser() -> argparse.ArgumentParser:
                         "else .tfcluster/runs/RUN_ID)")
     p.add_argument("--quiet", "-q", action="store_true",
                    help="do not stream the tasks' output (it is still kept in the run dir)")
+    p.add_argument("--verbose", "-v", action="store_true",
+                   help="also print TensorFlow's routine output (deprecation notices, "
+                        "banners, INFO lines), which is otherwise only in the task logs")
     p.add_argument("--retrain", action="store_true",
                    help="train even when model_dir already holds a checkpoint at max_steps")
     p.add_argument("--version", action="version", version="tfcluster 0.1.0")
@@ -117,145 +115,15 @@ def _guard(fn) -> int:
 
 
 def run_cli(argv: list[str]) -> int:
-    from launcher.backends import backend_class
-    from launcher.errors import SpecError
-    from launcher.spec import load_spec
+    from launcher import api
 
     args, command = parse_args(argv)
-    spec = load_spec(args.spec)
-    backend_name = "local" if args.local else spec.backend
-    for section, raw in spec.backend_options.items():
-        backend_class(section).validate_options(raw, section)
-    cls = backend_class(backend_name)
-    backend = cls(spec, cls.validate_options(spec.backend_options.get(backend_name), backend_name))
-    missing = [r for r in spec.role_names if not spec.command_for(r, command)]
-    if missing:
-        field = "command" if len(missing) == len(spec.role_names) else \
-            f"roles.{missing[0]}.command"
-        raise SpecError(field, "no command to run: set \"command\" in the spec or give it "
-                               "after --", spec.source)
-    if not args.dry_run:
-        from launcher.environment import check_fsspec_driver, check_run_dir
-
-        check_fsspec_driver(spec.model_dir)
-        check_run_dir(args.run_dir or spec.run_dir or os.path.join(".tfcluster", "runs"))
-        backend.prepare()
-    plan = make_plan(spec, backend, command)
     if args.dry_run:
-        print(render_dry_run(plan, backend, as_json=args.json))
+        print(api.dry_run(args.spec, command, local=args.local, as_json=args.json))
         return 0
-    return execute(spec, backend, plan, command, args)
-
-
-def make_plan(spec, backend, command, run_id: str | None = None):
-    from launcher.plan import build_plan
-
-    return build_plan(spec, port_for=backend.allocate_port, host_for=backend.host_for,
-                      command=command, run_id=run_id, backend=backend.name)
-
-
-def public_plan(plan) -> dict[str, Any]:
-    """The plan as plain data, secrets in the tasks' environments masked: what --dry-run
-    prints and plan.json keeps."""
-    from launcher.redact import redact_env
-
-    doc = plan.to_dict()
-    for task in doc["tasks"]:
-        task["env"] = redact_env(task["env"])
-    return doc
-
-
-def render_dry_run(plan, backend, as_json: bool = False) -> str:
-    doc = public_plan(plan)
-    tasks = doc["tasks"]
-    extra = backend.describe(plan)
-    if as_json:
-        doc["backend"] = backend.name
-        if extra is not None:
-            doc["rendered"] = extra
-        return json.dumps(doc, indent=2)
-    lines = [f"# job {plan.name}  run {plan.run_id}  backend {backend.name}  "
-             f"max_steps {plan.max_steps if plan.max_steps is not None else '(not set)'}",
-             f"# model_dir {plan.model_dir}"]
-    if any(t["auto_port"] for t in tasks):
-        lines.append("# ports marked 'auto' were picked now and are picked again at start: "
-                     "give host:port in the spec to fix them")
-    for t in tasks:
-        auto = "  (auto)" if t["auto_port"] else ""
-        lines.append(f"{t['type']}:{t['index']}  {t['host']}:{t['port']}{auto}")
-        for key, value in t["env"].items():
-            lines.append(f"  {key}={shlex.quote(value)}")
-        lines.append(f"  command: {shlex.join(t['command'])}")
-        if t["cwd"]:
-            lines.append(f"  cwd: {t['cwd']}")
-    if extra:
-        lines += ["", extra]
-    return "\n".join(lines)
-
-
-def default_run_dir(spec, run_id: str) -> str:
-    base = spec.run_dir or os.path.join(".tfcluster", "runs")
-    return os.path.join(base, run_id)
-
-
-def monitors_for(plan, job_console, events) -> list:
-    """The monitors that watch a job: the coordinator (launcher/monitors.py)."""
-    from launcher.monitors import coordinator_monitor
-
-    return [coordinator_monitor(plan, job_console, events)]
-
-
-def execute(spec, backend, plan, command, args) -> int:
-    from launcher.events import EventLog
-    from launcher.job import Job, PortConflict
-    from launcher.output.console import Console
-    from launcher.output.summary import summary_table
-
-    run_dir = args.run_dir or default_run_dir(spec, plan.run_id)
-    console = Console(quiet=args.quiet)
-    events = EventLog(os.path.join(run_dir, "events.jsonl"))
-    try:
-        backend.preflight(plan)
-        os.makedirs(run_dir, exist_ok=True)     # not for a job refused by the preflight
-        from launcher.storage_check import preflight_model_dir
-        if preflight_model_dir(plan, backend, args.retrain, console, events):
-            return 0    # model_dir already holds a checkpoint at max_steps
-        _write_plan(run_dir, plan)
-        for attempt in range(MAX_PORT_RETRIES + 1):
-            job = Job(plan, backend, run_dir, console, monitors_for(plan, console, events),
-                      events)
-            try:
-                result = job.run()
-                break
-            except PortConflict as e:
-                if attempt == MAX_PORT_RETRIES:
-                    raise
-                console.info(f"{e}; picking new ports and starting again")
-                events.write("port_conflict", message=str(e))
-                plan = make_plan(spec, backend, command, run_id=plan.run_id)
-                _write_plan(run_dir, plan)
-    finally:
-        backend.close()
-    table = summary_table(result.runs)
-    verdict = "succeeded" if result.status == 0 else f"FAILED (exit status {result.status})"
-    console.info(f"job {verdict} after {result.duration:.1f}s: {result.reason}\n{table}")
-    from launcher.output.metrics_table import metrics_table
-    metrics = metrics_table(plan.storage)
-    if metrics:
-        console.info(f"metrics of each checkpoint, evaluated afresh:\n{metrics}")
-    with open(os.path.join(run_dir, "summary.json"), "w", encoding="utf-8") as f:
-        json.dump({"status": result.status, "reason": result.reason,
-                   "duration": round(result.duration, 3),
-                   "tasks": [{"task": r.name, "address": r.task.address, "exit": r.status,
-                              "stopped": r.stopped, "restarts": r.restarts,
-                              "duration": round(r.duration(), 3), "log": r.log_path}
-                             for r in result.runs]}, f, indent=2)
+    result = api.run(args.spec, command, local=args.local, quiet=args.quiet,
+                     run_dir=args.run_dir, verbose=args.verbose, retrain=args.retrain)
     return result.status
-
-
-def _write_plan(run_dir: str, plan) -> None:
-    with open(os.path.join(run_dir, "plan.json"), "w", encoding="utf-8") as f:
-        json.dump(public_plan(plan), f, indent=2)
 
 
 if __name__ == "__main__":

@@ -154,7 +154,7 @@ class Job:
             out.append(TaskState(run.name, run.task.type, run.task.address, alive=not ended,
                                  exit_status=run.status_text() if ended else None,
                                  stopped=run.stopped, restarts=run.restarts,
-                                 started_at=run.started))
+                                 started_at=run.started, restarting=run.name in self.due))
         return out
 
     def _wait_for_wake(self, secs: float) -> None:

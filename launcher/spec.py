@@ -136,8 +136,8 @@ def resources_for(spec: Spec, role: str) -> dict[str, Any]:
     return res
 
 
-def load_spec(path: str) -> Spec:
-    """Read and validate a spec file."""
+def load_spec(path: str, overrides: dict[str, Any] | None = None) -> Spec:
+    """Read and validate a spec file; ``overrides`` replace top-level keys before validation."""
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
@@ -151,10 +151,11 @@ def load_spec(path: str) -> Spec:
         raise SpecError("", f"spec file is not UTF-8 text: {path} ({e.reason})") from None
     except OSError as e:
         raise SpecError("", f"spec file cannot be read: {path} ({e.strerror or e})") from None
-    return parse_spec(text, source=path)
+    return parse_spec(text, source=path, overrides=overrides)
 
 
-def parse_spec(text: str, source: str | None = None) -> Spec:
+def parse_spec(text: str, source: str | None = None,
+               overrides: dict[str, Any] | None = None) -> Spec:
     """Parse JSON text into a Spec; raise SpecError naming the problem."""
     try:
         raw = json.loads(text)
@@ -164,6 +165,8 @@ def parse_spec(text: str, source: str | None = None) -> Spec:
         ) from None
     except RecursionError:
         raise SpecError("", "invalid JSON: lists or objects nested too deeply", source) from None
+    if overrides and isinstance(raw, dict):
+        raw = {**raw, **overrides}
     try:
         return validate(raw, source)
     except SpecError as e:

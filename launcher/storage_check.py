@@ -232,7 +232,7 @@ def already_trained(plan, retrain: bool, console, events) -> bool:
 
 
 def preflight_model_dir(plan, backend, retrain: bool, console, events) -> bool:
-    """Both checks, as ``launcher.cli.execute`` runs them; True: do not start (exit 0)."""
+    """Both checks, as ``launcher.api.execute`` runs them; True: do not start (exit 0)."""
     if already_trained(plan, retrain, console, events):
         return True
     if plan.check_storage:
