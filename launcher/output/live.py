@@ -21,18 +21,19 @@ class LiveConsole(Console):
         from rich.live import Live
 
         super().__init__(verbose=verbose)
-        self.rich = RichConsole(file=file or sys.stderr, highlight=False, soft_wrap=True)
-        self.live = Live(get_renderable=self._render, console=self.rich,
-                         refresh_per_second=REFRESH_PER_SECOND, transient=False,
-                         redirect_stdout=True, redirect_stderr=True)
         self._progress: Any = None
         self._tasks: list = []
         self._restarts = 0
         self._began = time.monotonic()
         self._drawing = False
+        self._closed = False
+        self.rich = RichConsole(file=file or sys.stderr, highlight=False, soft_wrap=True)
+        self.live = Live(get_renderable=self._render, console=self.rich,
+                         refresh_per_second=REFRESH_PER_SECOND, transient=False,
+                         redirect_stdout=True, redirect_stderr=True)
 
     def _draw(self) -> None:
-        if not self._drawing:
+        if not self._drawing and not self._closed:
             self._drawing = True
             self.live.start()
 
@@ -51,7 +52,9 @@ class LiveConsole(Console):
         from rich.text import Text
 
         self._draw()
-        self.rich.print(Text(f"tfcluster: {message}", style="bold"))
+        text = Text("tfcluster: ", style="bold")
+        text.append(message)
+        self.rich.print(text)
 
     def progress_line(self, line: str) -> None:
         """Drawn as the status block instead."""
@@ -61,6 +64,7 @@ class LiveConsole(Console):
         self._draw()
 
     def close(self) -> None:
+        self._closed = True
         if self._drawing:
             self.live.refresh()
             self.live.stop()

@@ -38,7 +38,7 @@ DEPRECATION = re.compile(r"is deprecated and will be removed|is deprecated\. Ple
 # INFO records worth a line on the console: an evaluation's results, the final loss
 KEEP_INFO = re.compile(r"Saving dict for global step|Loss for final step")
 INSTRUCTIONS = "Instructions for updating:"
-MAX_INSTRUCTION_LINES = 4
+MAX_INSTRUCTION_LINES = 1     # TF writes one; a print after it is the user's
 
 
 def latest_state(line: str) -> str:
