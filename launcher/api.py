@@ -106,8 +106,8 @@ def run(spec, command: list[str] | None = None, *, local: bool = False, quiet: b
 
     spec = resolve_spec(spec, overrides)
     backend = _backend(spec, local)
-    command = list(command) if command is not None else None
     _check_command(spec, command)
+    command = list(command) if command is not None else None
     check_fsspec_driver(spec.model_dir)
     check_run_dir(run_dir or spec.run_dir or os.path.join(".tfcluster", "runs"))
     backend.prepare()
