@@ -7,7 +7,6 @@ import json
 import os
 import re
 import sys
-from pathlib import Path
 
 import pytest
 from support import PY_TF215, REPO
