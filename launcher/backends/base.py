@@ -58,6 +58,9 @@ class Backend(ABC):
     """Start, poll, signal, stop tasks on one kind of infrastructure."""
 
     name: ClassVar[str]
+    # The spec section named like the backend: a dataclass of options declared with
+    # launcher.backends.options.option (None: the backend takes no options).
+    OPTIONS: ClassVar[type | None] = None
     # Every task is a process of this machine (it sees the launcher's filesystem).
     local_processes: ClassVar[bool] = False
 
@@ -67,8 +70,12 @@ class Backend(ABC):
 
     @classmethod
     def validate_options(cls, raw: dict[str, Any] | None, field: str) -> Any:
-        """Validate this backend's section of the spec (``ssh``, ``slurm``...); raise
-        SpecError naming the field. Default: the backend takes no options."""
+        """This backend's section of the spec (``ssh``, ``slurm``...) as its ``OPTIONS``;
+        SpecError naming the field when it is wrong."""
+        if cls.OPTIONS is not None:
+            from launcher.backends.options import parse
+
+            return parse(cls.OPTIONS, raw, field)
         if raw:
             from launcher.errors import SpecError
 
