@@ -176,13 +176,6 @@ def default_run_dir(spec, run_id: str) -> str:
     return os.path.join(base, run_id)
 
 
-def monitors_for(plan, job_console, events) -> list:
-    """The monitors that watch a job: the coordinator (launcher/monitors.py)."""
-    from launcher.monitors import coordinator_monitor
-
-    return [coordinator_monitor(plan, job_console, events)]
-
-
 def execute(spec, backend, plan, command, args) -> int:
     from launcher.events import EventLog
     from launcher.job import Job, PortConflict
@@ -200,8 +193,7 @@ def execute(spec, backend, plan, command, args) -> int:
             return 0    # model_dir already holds a checkpoint at max_steps
         _write_plan(run_dir, plan)
         for attempt in range(MAX_PORT_RETRIES + 1):
-            job = Job(plan, backend, run_dir, console, monitors_for(plan, console, events),
-                      events)
+            job = Job(plan, backend, run_dir, console, events=events)
             try:
                 result = job.run()
                 break

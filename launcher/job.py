@@ -109,10 +109,10 @@ class Job:
         self.run_dir = run_dir
         self.console = console
         self.timeouts = plan.timeouts
-        self.monitors = list(monitors or [])
         self.clock = clock
         self.wait = wait or self._wait_for_wake
         self.events = events or EventLog(os.path.join(run_dir, "events.jsonl"))
+        self.monitors = list(monitors) if monitors is not None else self.watchers()
         os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
         self.runs = [TaskRun(t, os.path.join(run_dir, "logs", f"{t.type}-{t.index}.log"))
                      for t in plan.tasks]
@@ -123,6 +123,17 @@ class Job:
         self.restarts = RestartBook(dict(plan.restart), synchronous=plan.synchronous)
         self.due: dict[str, float] = {}     # task name -> when its restart is due
         self._ended: list[TaskRun] = []     # reaped, not yet judged
+
+    def watchers(self) -> list[Monitor]:
+        """The monitors of a job by default: the coordinator, watching model_dir."""
+        from launcher.monitors import CoordinatorMonitor
+        from orchestrator.coordinator import Coordinator
+
+        t = self.plan.timeouts
+        coordinator = Coordinator(self.plan.storage.url, max_steps=self.plan.max_steps,
+                                  poll=t["poll"], stall=t["stall"], startup=t["start"],
+                                  reader=self.plan.storage.reader())
+        return [CoordinatorMonitor(coordinator, self.console, self.events)]
 
     # ------------------------------------------------------------------ queries
     def run_of(self, type_: str, index: int = 0) -> TaskRun | None:
