@@ -112,7 +112,10 @@ class Job:
         self.clock = clock
         self.wait = wait or self._wait_for_wake
         self.events = events or EventLog(os.path.join(run_dir, "events.jsonl"))
-        self.monitors = list(monitors) if monitors is not None else self.watchers()
+        # The default monitors are made once the tasks started: reading model_dir is not
+        # on the way to the first task's start.
+        self.monitors: list[Monitor] = list(monitors) if monitors is not None else []
+        self._default_monitors = monitors is None
         os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
         self.runs = [TaskRun(t, os.path.join(run_dir, "logs", f"{t.type}-{t.index}.log"))
                      for t in plan.tasks]
@@ -263,6 +266,8 @@ class Job:
                 break
             self.start_task(run)
         self.console.info(f"started {len(self.runs)} tasks; logs in {self.run_dir}/logs")
+        if self._default_monitors:
+            self.monitors = self.watchers()
         while True:
             if self.interrupted:
                 name = signal.Signals(self.interrupted).name
