@@ -171,13 +171,6 @@ def default_run_dir(spec, run_id: str) -> str:
     return os.path.join(base, run_id)
 
 
-def monitors_for(plan, job_console, events) -> list:
-    """The monitors that watch a job: the coordinator (launcher/monitors.py)."""
-    from launcher.monitors import coordinator_monitor
-
-    return [coordinator_monitor(plan, job_console, events)]
-
-
 def task_rows(runs) -> list[dict[str, Any]]:
     """One row per task, as summary.json keeps them."""
     return [{"task": r.name, "address": r.task.address, "exit": r.status,
@@ -205,10 +198,10 @@ def execute(spec, backend, plan, command, console, run_dir: str | None = None,
                              run_id=plan.run_id)
         _write_plan(run_dir, plan)
         for attempt in range(MAX_PORT_RETRIES + 1):
-            monitors = monitors_for(plan, console, events)
-            job = Job(plan, backend, run_dir, console, monitors, events)
+            job = Job(plan, backend, run_dir, console, events=events)
             try:
                 result = job.run()
+                monitors = job.monitors
                 break
             except PortConflict as e:
                 if attempt == MAX_PORT_RETRIES:

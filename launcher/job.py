@@ -109,10 +109,13 @@ class Job:
         self.run_dir = run_dir
         self.console = console
         self.timeouts = plan.timeouts
-        self.monitors = list(monitors or [])
         self.clock = clock
         self.wait = wait or self._wait_for_wake
         self.events = events or EventLog(os.path.join(run_dir, "events.jsonl"))
+        # The default monitors are made once the tasks started: reading model_dir is not
+        # on the way to the first task's start.
+        self.monitors: list[Monitor] = list(monitors) if monitors is not None else []
+        self._default_monitors = monitors is None
         os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
         self.runs = [TaskRun(t, os.path.join(run_dir, "logs", f"{t.type}-{t.index}.log"))
                      for t in plan.tasks]
@@ -123,6 +126,17 @@ class Job:
         self.restarts = RestartBook(dict(plan.restart), synchronous=plan.synchronous)
         self.due: dict[str, float] = {}     # task name -> when its restart is due
         self._ended: list[TaskRun] = []     # reaped, not yet judged
+
+    def watchers(self) -> list[Monitor]:
+        """The monitors of a job by default: the coordinator, watching model_dir."""
+        from launcher.monitors import CoordinatorMonitor
+        from orchestrator.coordinator import Coordinator
+
+        t = self.plan.timeouts
+        coordinator = Coordinator(self.plan.storage.url, max_steps=self.plan.max_steps,
+                                  poll=t["poll"], stall=t["stall"], startup=t["start"],
+                                  reader=self.plan.storage.reader())
+        return [CoordinatorMonitor(coordinator, self.console, self.events)]
 
     # ------------------------------------------------------------------ queries
     def run_of(self, type_: str, index: int = 0) -> TaskRun | None:
@@ -252,6 +266,8 @@ class Job:
                 break
             self.start_task(run)
         self.console.info(f"started {len(self.runs)} tasks; logs in {self.run_dir}/logs")
+        if self._default_monitors:
+            self.monitors = self.watchers()
         while True:
             if self.interrupted:
                 name = signal.Signals(self.interrupted).name

@@ -15,12 +15,11 @@ from typing import Any
 from launcher.errors import SpecError
 from orchestrator.roles import JOB_NAMES, ROLES, TRAINERS, trainer_jobs
 
-BACKENDS = ("local", "ssh", "slurm", "kubernetes")
+# Besides these, each registered backend's name is a key: its options (launcher/backends).
 TOP_LEVEL_KEYS = (
     "name", "cluster", "evaluator", "command", "model_dir", "max_steps", "epochs", "examples",
     "batch_size", "backend", "env", "workdir", "run_dir", "timeouts", "restart", "resources",
-    "check_storage", "ssh", "slurm", "kubernetes", "$schema", "description", "strategy",
-    "roles",
+    "check_storage", "$schema", "description", "strategy", "roles",
 )
 ROLE_KEYS = ("command", "env", "workdir")     # what "roles": {ROLE: {...}} may override
 # How the job trains: who reads training data and what one global step is.
@@ -127,6 +126,13 @@ class Spec:
         """Collective (MultiWorkerMirroredStrategy) training: one step is one batch on every
         trainer at once."""
         return self.strategy == "multi_worker_mirrored"
+
+
+def backend_names() -> tuple[str, ...]:
+    """The registered backends (each also names its options section)."""
+    from launcher.backends import names
+
+    return names()
 
 
 def resources_for(spec: Spec, role: str) -> dict[str, Any]:
@@ -406,7 +412,8 @@ def _parse_resources(raw: Any) -> dict[str, dict[str, Any]]:
 def validate(raw: Any, source: str | None = None) -> Spec:
     """Validate a decoded JSON document; return a Spec."""
     spec_obj = expect_dict(raw, "spec")
-    check_keys(spec_obj, TOP_LEVEL_KEYS, "")
+    backends = backend_names()
+    check_keys(spec_obj, TOP_LEVEL_KEYS + backends, "")
     if "cluster" not in spec_obj:
         raise _fail("cluster", "is required (job name to a list of addresses)")
     cluster = _parse_cluster(spec_obj["cluster"])
@@ -449,8 +456,8 @@ def validate(raw: Any, source: str | None = None) -> Spec:
         batch_size = expect_int(spec_obj["batch_size"], "batch_size")
 
     backend = expect_str(spec_obj.get("backend", "local"), "backend")
-    if backend not in BACKENDS:
-        raise _fail("backend", f"unknown backend {backend!r} (allowed: {', '.join(BACKENDS)})")
+    if backend not in backends:
+        raise _fail("backend", f"unknown backend {backend!r} (allowed: {', '.join(backends)})")
 
     n_trainers = sum(len(cluster.get(j, [])) for j in TRAINERS)
     inferred = ("multi_worker_mirrored" if "ps" not in cluster and n_trainers > 1
@@ -476,7 +483,7 @@ def validate(raw: Any, source: str | None = None) -> Spec:
             raise _fail("timeouts.poll", "must be greater than 0")
 
     backend_options = {}
-    for section in ("ssh", "slurm", "kubernetes"):
+    for section in backends:
         if section in spec_obj:
             backend_options[section] = expect_dict(spec_obj[section], section)
 
