@@ -6,7 +6,8 @@ the two trees so both see the same machine load; medians are reported.
     .venv/bin/python bench/console_startup.py --before REV [--rounds 7]
 
 REV is extracted with `git archive` into a temporary directory; both trees run with this
-Python (the same installed packages), each with PYTHONPATH set to its tree.
+Python (the same installed packages), each from its own directory with PYTHONPATH set to
+it (`python -m launcher.cli`: the working directory comes first on sys.path).
 """
 
 from __future__ import annotations
@@ -43,11 +44,12 @@ def timed(argv: list[str], tree: Path, terminal: bool = False) -> tuple[float, f
     if terminal:
         pid, fd = pty.fork()
         if pid == 0:
+            os.chdir(tree)      # `python -m` puts the working directory first on sys.path
             os.execve(argv[0], argv, env)
         os.set_blocking(fd, False)
     else:
         with open(os.devnull, "wb") as null:
-            pid = subprocess.Popen(argv, env=env, stdout=null, stderr=null,
+            pid = subprocess.Popen(argv, env=env, stdout=null, stderr=null, cwd=tree,
                                    stdin=subprocess.DEVNULL).pid
     proc, peak = psutil.Process(pid), 0
     while True:

@@ -115,9 +115,9 @@ def _guard(fn) -> int:
 
 
 def run_cli(argv: list[str]) -> int:
+    args, command = parse_args(argv)
     from launcher import api
 
-    args, command = parse_args(argv)
     if args.dry_run:
         print(api.dry_run(args.spec, command, local=args.local, as_json=args.json))
         return 0
