@@ -83,3 +83,53 @@ def check_local_programs(tasks) -> None:
     if problems:
         problem, names = next(iter(problems.items()))
         raise PreflightError(f"{', '.join(names)}: {problem}")
+
+
+def check_programs_by_probe(plan, backend) -> None:
+    """As check_local_programs, where the tasks run: one probe per host (``backend.probe``,
+    with the first task's Python, environment and directory) runs the remote bootstrap's
+    check of every task's working directory and program there."""
+    import dataclasses
+    import json
+    from concurrent.futures import ThreadPoolExecutor
+    from pathlib import Path
+
+    from launcher import remote_bootstrap
+    from launcher.storage_check import probe_python
+
+    source = Path(remote_bootstrap.__file__).read_text(encoding="utf-8")
+
+    hosts: dict[str, list] = {}
+    for task in plan.tasks:
+        hosts.setdefault(task.host, []).append(task)
+    code = ("import json, sys\nns = {'__name__': 'tfcluster_check'}\n"
+            f"exec({source!r}, ns)\nns['check']('', json.loads(sys.argv[1]))\n")
+    timeout = plan.timeouts.get("start", 60.0)
+
+    def run(tasks) -> list[str]:
+        items = [{"task": t.name, "program": t.command[0], "cwd": t.cwd,
+                  "path": t.env.get("PATH"), "port": None} for t in tasks]
+        python = probe_python(tasks[0].command)
+        where = dataclasses.replace(tasks[0], cwd=None)     # the check looks at each cwd
+        result = backend.probe(where, [python, "-c", code, json.dumps(items)], timeout)
+        for line in reversed(result.output.strip().splitlines()):
+            if line.startswith("{"):
+                try:
+                    return list(json.loads(line)["problems"])
+                except (ValueError, KeyError):
+                    break
+        detail = result.output.strip().splitlines()[-1:] or ["no output"]
+        return [f"{', '.join(t.name for t in tasks)}: {python} cannot run on host "
+                f"{tasks[0].host} (exit status {result.returncode}): {shown(detail[0])}; "
+                "Python 3 is needed there to check and start the tasks"]
+
+    try:
+        with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
+            found = [p for problems in pool.map(run, hosts.values()) for p in problems]
+    except NotImplementedError:
+        return
+    if len(found) == 1:
+        raise PreflightError(found[0])
+    if found:
+        raise PreflightError(f"{len(found)} tasks cannot start; nothing was started:\n"
+                             + "\n".join(f"  {p}" for p in found))
