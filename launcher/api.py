@@ -150,11 +150,12 @@ def render_dry_run(plan, backend, as_json: bool = False) -> str:
     lines = [f"# job {plan.name}  run {plan.run_id}  backend {backend.name}  "
              f"max_steps {plan.max_steps if plan.max_steps is not None else '(not set)'}",
              f"# model_dir {plan.model_dir}"]
-    if any(t["auto_port"] for t in tasks):
+    marked = backend.ports_picked_at_start and any(t["auto_port"] for t in tasks)
+    if marked:
         lines.append("# ports marked 'auto' were picked now and are picked again at start: "
                      "give host:port in the spec to fix them")
     for t in tasks:
-        auto = "  (auto)" if t["auto_port"] else ""
+        auto = "  (auto)" if marked and t["auto_port"] else ""
         lines.append(f"{t['type']}:{t['index']}  {t['host']}:{t['port']}{auto}")
         for key, value in t["env"].items():
             lines.append(f"  {key}={shlex.quote(value)}")

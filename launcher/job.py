@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Callable
 from launcher.backends.base import Backend, TaskHandle
 from launcher.events import EventLog
 from launcher.output.console import Console
+from launcher.output.noise import latest_state
 from launcher.plan import JobPlan, TaskPlan
 from launcher.restarts import RestartBook
 from orchestrator.decisions import CLUSTER, FAIL, FINISH, IGNORE, LOST, Decision, TaskState
@@ -197,7 +198,7 @@ class Job:
                 log.write(raw)
                 log.flush()
                 line = raw.decode(errors="replace").rstrip("\r\n")
-                run.tail.append(line)
+                run.tail.append(latest_state(line))    # a redrawn bar: its last state
                 self.console.task_line(run.name, line)
         except (OSError, ValueError):
             pass

@@ -63,6 +63,8 @@ class Backend(ABC):
     OPTIONS: ClassVar[type | None] = None
     # Every task is a process of this machine (it sees the launcher's filesystem).
     local_processes: ClassVar[bool] = False
+    # An address without a port gets one picked anew at every start (--dry-run says so).
+    ports_picked_at_start: ClassVar[bool] = True
 
     def __init__(self, spec: Spec, options: Any = None):
         self.spec = spec

@@ -108,6 +108,7 @@ class KubernetesBackend(Backend):
 
     name = "kubernetes"
     OPTIONS = KubernetesOptions
+    ports_picked_at_start = False      # every pod listens on kubernetes.port
     options: KubernetesOptions
 
     def __init__(self, spec: Spec, options: KubernetesOptions | None = None):

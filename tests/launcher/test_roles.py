@@ -97,3 +97,19 @@ def test_role_without_tasks_is_refused():
     with pytest.raises(SpecError, match=r"roles.ps: the spec has no ps task"):
         parse_spec(json.dumps({"cluster": {"worker": 1}, "model_dir": "m",
                                "roles": {"ps": {"command": ["x"]}}}))
+
+
+def test_dry_run_says_which_ports_are_picked_again_at_start():
+    import launcher
+
+    doc = {"cluster": {"chief": 1, "ps": ["localhost:2299"]}, "command": ["python", "t.py"],
+           "model_dir": "m"}
+    lines = launcher.dry_run(doc).splitlines()
+    assert "# ports marked 'auto' were picked now and are picked again at start: give " \
+           "host:port in the spec to fix them" in lines
+    assert "ps:0  localhost:2299" in lines                      # given in the spec: kept
+    assert any(line.startswith("chief:0  localhost:") and line.endswith("  (auto)")
+               for line in lines)
+    k8s = launcher.dry_run({**doc, "cluster": {"chief": 1}, "backend": "kubernetes",
+                            "kubernetes": {"image": "img"}})
+    assert "(auto)" not in k8s and "picked again" not in k8s    # every pod uses one port
