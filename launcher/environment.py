@@ -30,7 +30,10 @@ DRIVERS = {
 
 def check_fsspec_driver(model_dir: str) -> None:
     """Every protocol of ``model_dir`` (``s3://``, ``simplecache::gs://``) is known to fsspec
-    and its driver imports here: the launcher watches model_dir through it."""
+    and its driver imports here: the launcher watches model_dir through it. A plain path
+    needs no fsspec (it is not imported then)."""
+    if "://" not in model_dir and "::" not in model_dir:
+        return
     import fsspec
     from fsspec.core import split_protocol
 

@@ -150,6 +150,14 @@ def load_run(run_dir: str, model_dir: str | None = None) -> RunData:
     model_dir = model_dir or resolve_model_dir(str(plan.get("model_dir", "")), run_dir, plan)
     if not model_dir:
         raise UsageError(f"{plan_path} names no model_dir; give --model-dir")
+    from launcher.environment import check_fsspec_driver
+
+    check_fsspec_driver(model_dir)
+    try:
+        records = read_metrics(model_dir)
+    except OSError as e:
+        raise UsageError(f"model_dir {model_dir}: cannot read it "
+                         f"({e.strerror or type(e).__name__})") from None
     dirs = event_dirs(model_dir)
     train = [s for d in dirs.get("train", []) for s in scalars_in_dir(d)]
     validation = [s for d in dirs.get("validation", []) for s in scalars_in_dir(d)]
@@ -159,7 +167,7 @@ def load_run(run_dir: str, model_dir: str | None = None) -> RunData:
     return RunData(run_dir=run_dir, model_dir=model_dir, name=plan.get("name", ""),
                    run_id=plan.get("run_id", ""), max_steps=plan.get("max_steps"),
                    summary=summary, loss=sorted(loss, key=lambda s: (s.step, s.wall_time)),
-                   records=read_metrics(model_dir),
+                   records=records,
                    validation=sorted(_pick(validation, tags), key=lambda s: s.step))
 
 

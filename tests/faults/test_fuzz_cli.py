@@ -96,3 +96,28 @@ def test_fuzz_command_line_and_environment(tmp_path_factory, spec, argv, env, co
         assert message.strip().splitlines()[-1].startswith(("launch", "usage")), message
     if status == 2 and spec.get("run_dir") != "m" and "m" not in argv:
         assert not (tmp / "m").exists(), "a refused job writes nothing into model_dir"
+
+
+@settings(max_examples=100, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(argv=st.lists(st.one_of(st.sampled_from(["--model-dir", "--out", "-h", "{tmp}",
+                                                "{tmp}/a-file", "{tmp}/run", "gs://b/m",
+                                                "nosuchfs://x", "/proc/x"]), texts),
+                     max_size=4),
+       plan=st.sampled_from(["{}", "[", '{"model_dir": "gs://b/m"}', '{"model_dir": 3}',
+                             '{"model_dir": "{tmp}/a-file"}', None]))
+def test_fuzz_report_command_line(tmp_path_factory, argv, plan):
+    tmp = tmp_path_factory.mktemp("report")
+    (tmp / "a-file").write_text("x")
+    (tmp / "run").mkdir()
+    if plan is not None:
+        (tmp / "run" / "plan.json").write_text(fill(plan, str(tmp)))
+    err, out = io.StringIO(), io.StringIO()
+    with environment({}, str(tmp)), contextlib.redirect_stderr(err), \
+            contextlib.redirect_stdout(out):
+        try:
+            status = cli.main(["report", str(tmp / "run"), *fill(argv, str(tmp))])
+        except SystemExit as e:
+            status = e.code if isinstance(e.code, int) else 2
+    assert "Traceback" not in err.getvalue() + out.getvalue()
+    assert status in (0, 2), (argv, plan, err.getvalue())

@@ -27,3 +27,13 @@ def test_help_loads_neither_rich_nor_matplotlib():
     assert "--verbose" in done.stdout
     assert not {m for m in loaded if m.split(".")[0] in ("rich", "matplotlib", "fsspec")}
     assert not loaded & {"launcher.api", "launcher.output.live", "launcher.output.noise"}
+
+
+def test_a_local_job_does_not_import_fsspec_for_its_environment_checks(tmp_path):
+    code = ("import sys\nfrom launcher.environment import check_fsspec_driver, check_run_dir\n"
+            f"check_fsspec_driver({str(tmp_path / 'model')!r})\n"
+            f"check_run_dir({str(tmp_path / 'runs')!r})\n"
+            "print('fsspec' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=REPO, timeout=60)
+    assert done.stdout.strip() == "False", done.stderr
