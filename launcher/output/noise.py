@@ -76,6 +76,7 @@ class NoiseFilter:
         self.hidden = 0
         self._instructions_left = 0
         self._open = 0      # brackets a hidden record left open: its next lines are its own
+        self._continued = 0
 
     def show(self, line: str) -> bool:
         keep = self._judge(line)
@@ -86,10 +87,11 @@ class NoiseFilter:
     def _judge(self, line: str) -> bool:
         level = record_level(line)
         starts = level is not None or line.startswith("Traceback (most recent call last)")
-        if self._open and not starts:   # a hidden record's dict or proto goes on ("{...")
-            self._open = max(0, self._open + _balance(line))
+        if self._open and not starts and self._continued < MAX_CONTINUATION:
+            self._open = max(0, self._open + _balance(line))    # a hidden record's dict or
+            self._continued += 1                                # proto goes on ("{...")
             return False
-        self._open = 0
+        self._open = self._continued = 0
         if self._instructions_left and not starts and line.strip():
             self._instructions_left -= 1
             return False        # the text of a deprecation's "Instructions for updating:"
@@ -108,7 +110,8 @@ class NoiseFilter:
 
 
 MAX_OPEN = 8
+MAX_CONTINUATION = 40     # lines of one hidden record, at most (Estimator's config: 8)
 
 
 def _balance(line: str) -> int:
-    return sum(line.count(c) for c in "{[(") - sum(line.count(c) for c in "}])")
+    return line.count("{") + line.count("[") - line.count("}") - line.count("]")

@@ -118,3 +118,9 @@ def test_console_hides_noise_unless_verbose():
             console.task_line("chief:0", line)
         assert len(out.getvalue().splitlines()) == expected
         assert console.hidden == (0 if verbose else len(DEPRECATION))
+
+
+def test_an_unclosed_bracket_in_a_hidden_line_hides_a_bounded_number_of_lines():
+    lines = ["INFO:tensorflow:Using config: {'a': 1,"] + [f"user line {i}" for i in range(60)]
+    assert shown(lines) == lines[41:]
+    assert shown(["INFO:tensorflow:step (3 of 4", "my print"]) == ["my print"]
