@@ -218,9 +218,10 @@ def execute(spec, backend, plan, command, args, on_running=None) -> int:
                                            RunLog(os.path.join(run_dir, "events.jsonl"), state),
                                            state)
     except BaseException as e:
-        state.finish(*_exit_of(e), summary=None)
+        status, reason = _exit_of(e)
+        state.finish(status, reason, None, requeued=status > 128 and backend.requeued())
         raise
-    state.finish(status, reason, summary)
+    state.finish(status, reason, summary, requeued=status > 128 and backend.requeued())
     return status
 
 

@@ -230,7 +230,15 @@ class RunState:
             self.on_running(self.doc)
             self.on_running = None
 
-    def finish(self, status: int, reason: str, summary: dict | None = None) -> None:
+    def finish(self, status: int, reason: str, summary: dict | None = None,
+               requeued: bool = False) -> None:
+        """Record the end of this launcher's run: the run's end, or, when the engine
+        requeued the job (``requeued``), a run queued to resume."""
+        if requeued:
+            self.update(state="queued", status=status, summary=summary,
+                        reason=f"requeued by Slurm ({reason}): the next attempt resumes "
+                               "from the newest checkpoint", tasks=self._rows())
+            return
         state = run_state_name(status)
         if state == "cancelled" and os.path.exists(os.path.join(self.run_dir, CANCEL_FILE)):
             reason = f"cancelled by `launch cancel` ({reason})"

@@ -111,6 +111,11 @@ class Backend(ABC):
         state so that ``launch status`` and ``launch cancel`` find it."""
         return {}
 
+    def requeued(self) -> bool:
+        """After the launcher was interrupted: the engine will run this job again (a
+        requeued Slurm batch job), so the run is queued, not cancelled."""
+        return False
+
     def attempt(self) -> int:
         """How many times this run was started before in the same run directory (a
         requeued Slurm job): TFCLUSTER_RESTART_COUNT of every task."""

@@ -362,6 +362,14 @@ class SlurmBackend(Backend):
     def run_handle(self) -> dict[str, Any]:
         return {"slurm_job": self.job_id} if self.job_id else {}
 
+    def requeued(self) -> bool:
+        """Slurm requeued the batch job this launcher runs in (preemption, ``scontrol
+        requeue``): its restart count went up."""
+        job = os.environ.get("SLURM_JOB_ID") if self.inside_job else None
+        done = run_slurm(["scontrol", "show", "job", "-o", job]) if job else None
+        m = re.search(r"\bRestarts=(\d+)", done.stdout) if done and done.returncode == 0 else None
+        return bool(m) and int(m.group(1)) > self.attempt()
+
     def attempt(self) -> int:
         """A requeued batch job runs again with SLURM_RESTART_COUNT = 1, 2..."""
         if not self.inside_job:
