@@ -67,7 +67,7 @@ def detach(spec, backend, command: list[str] | None, args) -> int:
 
 def _submit(spec, backend, plan, run_dir: str, relaunch: list[str]) -> int:
     from launcher.cli import _write_plan
-    from launcher.runs import RunState
+    from launcher.runs import RunState, describe_handle
 
     os.makedirs(run_dir, exist_ok=True)
     state = RunState(run_dir, plan.run_id, plan.name, backend.name, max_steps=plan.max_steps,
@@ -79,8 +79,7 @@ def _submit(spec, backend, plan, run_dir: str, relaunch: list[str]) -> int:
         state.update(state="failed", reason=str(e), status=e.exit_status)
         raise
     state.update(handle=handle, launcher={})
-    what = ", ".join(f"{k} {v}" for k, v in handle.items())
-    _announce(plan.run_id, run_dir, f"submitted ({what})")
+    _announce(plan.run_id, run_dir, f"submitted as {describe_handle(handle)}")
     return 0
 
 

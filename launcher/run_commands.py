@@ -19,6 +19,7 @@ from launcher.runs import (
     CANCEL_FILE,
     LIVE,
     RunError,
+    describe_handle,
     find_run,
     launcher_alive,
     list_runs,
@@ -49,7 +50,9 @@ def current_state(state: dict) -> tuple[str, str | None]:
                             "never recorded its end")
         return recorded, f"Slurm job {job} is {engine}"
     if (state.get("handle") or {}).get("kubernetes"):
-        return recorded, None
+        from launcher.backends.kubernetes import engine_state
+
+        return engine_state(state["handle"]["kubernetes"])
     alive = launcher_alive(state)
     if alive is False:
         launcher = state.get("launcher", {})
@@ -136,8 +139,8 @@ def status_main(argv: list[str]) -> int:
     run_dir = find_run(args.run, args.root)
     state = read_state(run_dir)
     now, note = current_state(state)
-    handle = state.get("handle") or {}
-    where = "".join(f"  {k} {v}" for k, v in handle.items() if isinstance(v, (str, int)))
+    where = describe_handle(state.get("handle") or {})
+    where = f"  {where}" if where else ""
     attempt = f"  attempt {state['attempt'] + 1}" if state.get("attempt") else ""
     print(f"run {state['run_id']}  {state['name']}  backend {state['backend']}{where}  "
           f"state {now}{attempt}")

@@ -40,7 +40,7 @@ def submit(spec: Path, env: dict) -> tuple[str, str]:
     """`launch --detach`: it exits at once; (run id, Slurm job id)."""
     done = run_launch(str(spec), "--detach", env=env, timeout=60)
     assert done.returncode == 0, done.stderr
-    m = re.match(r"run (\S+) submitted \(slurm_job (\d+), ", done.stdout)
+    m = re.match(r"run (\S+) submitted as Slurm job (\d+);", done.stdout)
     assert m, done.stdout
     assert f"launch status {m.group(1)}" in done.stdout
     return m.group(1), m.group(2)
@@ -95,7 +95,7 @@ def test_detached_job_runs_to_the_end_and_a_requeue_resumes_it(tmp_path, runs,
     wait_for(lambda: state_of(tmp_path, run_id)["state"] == "running", 60, "the run to start")
     status = run_launch("status", run_id, env=runs)
     assert status.returncode == 0 and "state running" in status.stdout, status.stdout
-    assert f"slurm_job {job}" in status.stdout
+    assert f"Slurm job {job}" in status.stdout
     # training under way, a checkpoint saved: requeue the running job (and let it start
     # again now: Slurm otherwise holds a requeued job back for two minutes)
     step = wait_for(lambda: (state_of(tmp_path, run_id)["step"] or 0) >= 100 and
