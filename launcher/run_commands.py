@@ -101,8 +101,8 @@ def task_table(state: dict, run_dir: str, now: str | None = None) -> str:
         if now == "lost" and shown == "running":
             alive = t.get("pid") and process_started(t["pid"]) is not None
             shown = "still running (orphan)" if alive else "gone"
-        rows.append((t["task"], t["address"], shown, f"{secs:.1f}s",
-                     str(t["restarts"]), os.path.join(run_dir, t["log"])))
+        rows.append((t["task"], t["address"], shown, f"{secs:.1f}s", str(t["restarts"]),
+                     os.path.join(run_dir, t["log"]) if t["log"] != "-" else "-"))
     return _table(rows) if len(rows) > 1 else "(no task started yet)"
 
 
@@ -150,6 +150,11 @@ def status_main(argv: list[str]) -> int:
         print(note)
     if state.get("reason"):
         print(f"reason: {state['reason']}")
+    k8s = (state.get("handle") or {}).get("kubernetes")
+    if k8s and not state.get("tasks"):       # no launcher follows it: ask for the pods
+        from launcher.backends.kubernetes import engine_tasks
+
+        state["tasks"] = engine_tasks(k8s)
     print(task_table(state, run_dir, now))
     return 0 if now in LIVE + ("succeeded",) else 1
 

@@ -637,9 +637,33 @@ def engine_state(handle: dict) -> tuple[str, str]:
     for kind, state in (("Completed", "succeeded"), ("Succeeded", "succeeded"),
                         ("Failed", "failed")):
         if kind in done_as:
-            return state, f"{handle['kind']} {handle['name']}: {kind} " \
-                          f"({done_as[kind].get('message', '')})".rstrip(" ()")
+            message = done_as[kind].get("message")
+            return state, f"{handle['kind']} {handle['name']}: {kind}" + \
+                (f" ({message})" if message else "")
     return "running", f"{handle['kind']} {handle['name']} is active"
+
+
+def engine_tasks(handle: dict) -> list[dict]:
+    """One row per pod of a detached run (newest pod of each task), for ``launch status``."""
+    argv = _kubectl_of(handle) + ["get", "pods", "-n", handle["namespace"], "-l",
+                                  f"{LABEL}/run={handle['run']}", "-o", "json"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        pods = json.loads(done.stdout).get("items", []) if done.returncode == 0 else []
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return []
+    index_label = INDEX_LABELS["tfjob" if handle["kind"] == "tfjob" else "jobset"]
+    newest: dict[str, dict] = {}
+    for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp", "")):
+        labels = pod["metadata"].get("labels", {})
+        newest[f"{labels.get(f'{LABEL}/role')}:{labels.get(index_label)}"] = pod
+    rows = []
+    for name, pod in newest.items():
+        code = KubernetesHandle.exit_code(pod)
+        rows.append({"task": name, "address": pod["metadata"]["name"],
+                     "state": pod.get("status", {}).get("phase", "Pending") if code is None
+                     else str(code), "duration": 0.0, "restarts": 0, "log": "-"})
+    return rows
 
 
 def delete_run(handle: dict, wait: float = 120.0) -> None:
