@@ -18,7 +18,7 @@ from typing import Any
 from launcher.errors import UsageError
 
 SUBCOMMANDS = {
-    "report": "launcher.report",
+    "report": "launcher.output.report",
     "evaluate": "orchestrator.offline_eval",
     "list": "launcher.run_commands:list_main",
     "status": "launcher.run_commands:status_main",
@@ -147,10 +147,10 @@ def run_cli(argv: list[str]) -> int:
 
 
 def make_plan(spec, backend, command, run_id: str | None = None):
-    from launcher.tf_config import build_plan
+    from launcher.plan import build_plan
 
     return build_plan(spec, port_for=backend.allocate_port, host_for=backend.host_for,
-                      command=command, run_id=run_id,
+                      command=command, run_id=run_id, backend=backend.name,
                       base_env={"TFCLUSTER_RESTART_COUNT": str(backend.attempt())})
 
 
@@ -195,18 +195,9 @@ def default_run_dir(spec, run_id: str) -> str:
     return os.path.join(spec.run_dir or runs_root(), run_id)
 
 
-def monitors_for(spec, plan, backend, job_console, events) -> list:
-    """The monitors that watch a job: the coordinator (launcher/coordination.py) and the
-    whole-job deadline (``timeouts.job``)."""
-    from launcher.coordination import coordinator_monitor
-    from launcher.deadline import deadline_monitor
-
-    return [coordinator_monitor(spec, plan, job_console, events),
-            *deadline_monitor(spec.timeouts)]
-
-
 def execute(spec, backend, plan, command, args, on_running=None) -> int:
-    """Run the job attached; ``on_running(state)`` is called once every task started."""
+    """Run the job attached; its state goes into the run registry (launcher/runs.py);
+    ``on_running(state)`` is called once every task started."""
     from launcher.runs import RunLog, open_state
 
     run_dir = args.run_dir or default_run_dir(spec, plan.run_id)
@@ -237,19 +228,19 @@ def _exit_of(e: BaseException) -> tuple[int, str]:
 
 
 def _execute(spec, backend, plan, command, args, run_dir, events, state):
-    from launcher.job import Console, Job, PortConflict, summary_table
+    from launcher.job import Job, PortConflict
+    from launcher.output.console import Console
+    from launcher.output.summary import summary_table
 
     console = Console(quiet=args.quiet)
     try:
         backend.preflight(plan)
         from launcher.storage_check import preflight_model_dir
-        if preflight_model_dir(spec, plan, backend, args, console, events):
+        if preflight_model_dir(plan, backend, args.retrain, console, events):
             return 0, "model_dir already holds a checkpoint at max_steps", None
         _write_plan(run_dir, plan)
         for attempt in range(MAX_PORT_RETRIES + 1):
-            job = Job(plan, backend, run_dir, console, spec.timeouts,
-                      monitors_for(spec, plan, backend, console, events), events,
-                      restart=spec.restart)
+            job = Job(plan, backend, run_dir, console, events=events)
             state.attach(job)
             try:
                 result = job.run()
@@ -266,8 +257,8 @@ def _execute(spec, backend, plan, command, args, run_dir, events, state):
     table = summary_table(result.runs)
     verdict = "succeeded" if result.status == 0 else f"FAILED (exit status {result.status})"
     console.info(f"job {verdict} after {result.duration:.1f}s: {result.reason}\n{table}")
-    from launcher.metrics_table import metrics_table
-    metrics = metrics_table(plan.model_dir)
+    from launcher.output.metrics_table import metrics_table
+    metrics = metrics_table(plan.storage)
     if metrics:
         console.info(f"metrics of each checkpoint, evaluated afresh:\n{metrics}")
     summary = {"status": result.status, "reason": result.reason,

@@ -15,6 +15,7 @@ import sys
 import time
 from typing import IO
 
+from launcher.output.summary import rows_table
 from launcher.runs import (
     CANCEL_FILE,
     LIVE,
@@ -29,6 +30,7 @@ from launcher.runs import (
 
 CANCEL_WAIT = 120.0      # seconds for the launcher's ordered teardown after SIGTERM
 FOLLOW_EVERY = 0.2
+LIST_HEADER = ("id", "name", "backend", "state", "started", "duration", "step")
 
 
 # ---------------------------------------------------------------------- state, as seen now
@@ -83,17 +85,12 @@ def _progress(state: dict) -> str:
     return f"{step if step is not None else '-'}/{top if top is not None else '-'}"
 
 
-def _table(rows: list[tuple[str, ...]]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
-
-
 def task_table(state: dict, run_dir: str, now: str | None = None) -> str:
     """The closing summary's columns: task, address, exit, duration, restarts, log. For a
     run whose launcher died, a task it left running is shown gone or still running."""
     from launcher.runs import process_started
 
-    rows = [("task", "address", "exit", "duration", "restarts", "log")]
+    rows = []
     live = state.get("state") in LIVE
     for t in state.get("tasks", []):
         secs = time.time() - t["since"] if live and t.get("since") else t["duration"]
@@ -103,7 +100,7 @@ def task_table(state: dict, run_dir: str, now: str | None = None) -> str:
             shown = "still running (orphan)" if alive else "gone"
         rows.append((t["task"], t["address"], shown, f"{secs:.1f}s", str(t["restarts"]),
                      os.path.join(run_dir, t["log"]) if t["log"] != "-" else "-"))
-    return _table(rows) if len(rows) > 1 else "(no task started yet)"
+    return rows_table(rows) if rows else "(no task started yet)"
 
 
 # ---------------------------------------------------------------------- list
@@ -117,7 +114,7 @@ def _root_parser(prog: str, description: str) -> argparse.ArgumentParser:
 def list_main(argv: list[str]) -> int:
     p = _root_parser("list", "The runs under the run root, newest first.")
     args = p.parse_args(argv)
-    rows = [("id", "name", "backend", "state", "started", "duration", "step")]
+    rows = []
     for run_dir, state in list_runs(args.root):
         if state is None:
             rows.append((os.path.basename(run_dir), "?", "?", "other version", "-", "-", "-"))
@@ -125,7 +122,7 @@ def list_main(argv: list[str]) -> int:
         now, _ = current_state(state)
         rows.append((state["run_id"], state["name"], state["backend"], now,
                      _clock(state.get("started")), _duration(state), _progress(state)))
-    print(_table(rows) if len(rows) > 1 else "no runs")
+    print(rows_table(rows, LIST_HEADER) if rows else "no runs")
     return 0
 
 
