@@ -10,7 +10,9 @@ Policy lives here, mechanism in the backends. The end of a job:
   restarted alone, or the whole cluster is (a lost ps), or the job fails;
 - failure when a task exits with an error (or a monitor says the job stalled): every task is
   stopped and the failing task's last lines are shown;
-- Ctrl-C or SIGTERM to the launcher stops every task.
+- Ctrl-C or SIGTERM to the launcher (``launch cancel``, Slurm's warning signal) stops every
+  task, as does the whole-job deadline ``timeouts.job``: trainers and the evaluator first,
+  the ps once they are gone (``teardown``).
 
 Monitors see a snapshot of the tasks (orchestrator.decisions.TaskState), never the Job, and
 answer in the one decision vocabulary (orchestrator.decisions.Decision). Time comes from an
@@ -254,7 +256,7 @@ class Job:
         try:
             return self._run()
         finally:
-            self.stop(self.live(), "teardown")
+            self.teardown("teardown")
             for run in self.runs:
                 if run.pump is not None:
                     run.pump.join(timeout=5)
@@ -390,8 +392,16 @@ class Job:
                 self.console.info(f"  | {line}")
         return self._finish(1, reason)
 
-    def _finish(self, status: int, reason: str) -> JobResult:
+    def teardown(self, reason: str) -> None:
+        """Stop every live task in order: the trainers and the evaluator first, the ps once
+        they are gone (a ps stopped first leaves trainers hanging, or a checkpoint being
+        written half done). Ctrl-C, SIGTERM (``launch cancel``, Slurm's warning signal),
+        ``timeouts.job`` and failures all end this way."""
+        self.stop([r for r in self.live() if r.task.type != "ps"], reason)
         self.stop(self.live(), reason)
+
+    def _finish(self, status: int, reason: str) -> JobResult:
+        self.teardown(reason)
         result = JobResult(status, reason, self.runs, self.clock() - self.started)
         self.events.write("job_ended", status=status, reason=reason,
                           duration=round(result.duration, 3))
