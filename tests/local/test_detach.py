@@ -148,3 +148,49 @@ def test_sigkill_of_the_detached_launcher_ends_every_task_and_status_says_so(tmp
         assert (f"the launcher (pid {state['launcher']['pid']} on {state['launcher']['host']}) "
                 "died before the run ended") in status.stdout
         assert " gone " in status.stdout
+
+
+def test_a_detached_run_outlives_the_terminal_it_was_started_from(tmp_path, runs):
+    """A shell on a terminal runs `launch --detach`; the terminal then closes (the shell gets
+    SIGHUP and dies): the run goes on, and cancel ends it."""
+    import fcntl
+    import pty
+    import termios
+
+    spec = tmp_path / "fake.json"
+    spec.write_text(json.dumps({
+        "name": "tty", "cluster": {"chief": 1, "ps": 1}, "command": [sys.executable, FAKE_TASK],
+        "model_dir": str(tmp_path / "model"), "max_steps": 10, "check_storage": False,
+        "env": {"FAKE_PLAN": json.dumps({"chief": "forever", "ps": "forever"})}}))
+    master, slave = pty.openpty()
+    script = f"{' '.join(launch_cmd(str(spec), '--detach'))} > {tmp_path / 'out'}; sleep 60"
+    shell = subprocess.Popen(["bash", "-c", script], cwd=REPO, stdin=slave, stdout=slave,
+                             stderr=slave, start_new_session=True,
+                             env=dict(os.environ, **runs),
+                             preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
+    os.close(slave)
+    with cleanup(tmp_path, runs):
+        try:
+            run_id = wait_for_run_id(tmp_path / "out")
+            os.close(master)                        # the terminal goes away
+            assert shell.wait(timeout=10) == -signal.SIGHUP
+        finally:
+            if shell.poll() is None:
+                shell.kill()
+                shell.wait()
+        time.sleep(1)
+        status = run_launch("status", run_id, env=runs)
+        assert status.returncode == 0 and "state running" in status.stdout, status.stdout
+        assert len(tfcluster_tasks()) == 2
+        assert run_launch("cancel", run_id, env=runs).returncode == 0
+        assert tfcluster_tasks() == []
+
+
+def wait_for_run_id(path: Path, timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = path.read_text() if path.exists() else ""
+        if " detached " in text:
+            return text.split()[1]
+        time.sleep(0.1)
+    raise AssertionError(f"launch --detach printed no run id: {text!r}")
