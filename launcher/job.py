@@ -23,6 +23,7 @@ against a scripted in-memory backend in milliseconds (tests/support.py).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import signal
 import threading
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
 
 PORT_IN_USE = ("Address already in use", "Failed to add port", "bind: address")
 TAIL_LINES = 20
+RESTART_COUNT = "TFCLUSTER_RESTART_COUNT"
 
 
 @dataclass
@@ -97,6 +99,15 @@ class JobResult:
 class PortConflict(Exception):
     """A task could not bind the port the launcher picked for it (a race with another
     process): the caller re-plans with new ports and starts again."""
+
+
+def restarted(task: TaskPlan, restarts: int) -> TaskPlan:
+    """The task as its ``restarts``-th restart starts: TFCLUSTER_RESTART_COUNT counts the
+    run's earlier attempts (the plan's value: a requeued Slurm job) plus these restarts."""
+    if not restarts:
+        return task
+    base = int(task.env.get(RESTART_COUNT, "0") or 0)
+    return dataclasses.replace(task, env={**task.env, RESTART_COUNT: str(base + restarts)})
 
 
 class Job:
@@ -184,7 +195,7 @@ class Job:
     def start_task(self, run: TaskRun) -> None:
         mode = "ab" if run.restarts else "wb"
         log = open(run.log_path, mode)  # noqa: SIM115 - closed by the pump thread
-        run.handle = self.backend.start(run.task)
+        run.handle = self.backend.start(restarted(run.task, run.restarts))
         run.started, run.ended, run.status, run.stopped = self.clock(), None, None, False
         pid = run.handle.pid
         self.events.write("task_started", task=run.name, address=run.task.address, pid=pid,

@@ -47,3 +47,15 @@ def test_no_deadline_unless_the_spec_sets_one():
     assert deadline_monitor({"job": 0.0}) == []
     (monitor,) = deadline_monitor({"job": 5})
     assert monitor.seconds == 5
+
+
+def test_a_restarted_task_is_told_its_restart_count(tmp_path):
+    backend = ScriptedBackend({"worker:0": [Script(exit_at=1, status=1), Script(exit_at=1,
+                               status=1), Script()], "chief:0": [Script(exit_at=5)]})
+    result, _ = run_job({"cluster": CLUSTER, "timeouts": {"finish": 1, "kill": 1},
+                         "restart": {"worker": {"policy": "always", "backoff": 0}}},
+                        backend, tmp_path, base_env={"TFCLUSTER_RESTART_COUNT": "2"})
+    counts = [h.task.env["TFCLUSTER_RESTART_COUNT"] for h in backend.handles["worker:0"]]
+    assert counts == ["2", "3", "4"]      # two attempts before this one, then its restarts
+    assert backend.handles["chief:0"][0].task.env["TFCLUSTER_RESTART_COUNT"] == "2"
+    assert result.status == 0
