@@ -207,6 +207,8 @@ def _print_new(logs: list[tuple[str, str]], offsets: dict[str, int], prefix: boo
     for name, path in logs:
         try:
             with open(path, "rb") as f:
+                if os.fstat(f.fileno()).st_size < offsets.get(path, 0):
+                    offsets[path] = 0       # a new file (the next attempt of a requeued run)
                 f.seek(offsets.get(path, 0))
                 data = f.read()
         except OSError:

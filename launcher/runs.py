@@ -97,6 +97,8 @@ def find_run(run: str, root: str | None = None) -> str:
     prefix of one) under the run root."""
     if os.path.isfile(os.path.join(run, STATE_FILE)):
         return run
+    if os.sep in run and os.path.isdir(run):
+        raise RunError(f"{run} is not a run directory (no {STATE_FILE})")
     base = runs_root(root)
     exact = os.path.join(base, run)
     if os.path.isfile(os.path.join(exact, STATE_FILE)):

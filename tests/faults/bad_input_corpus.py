@@ -220,6 +220,8 @@ RUN_CASES: list[tuple[str, list[str], str]] = [
      "launch: error: run ok-run has no task 'chief:7' (tasks: chief:0, launcher)"),
     ("status-ambiguous-prefix", ["status", "o"],
      "launch: error: run id 'o' is ambiguous under {tmp}/runs: ok-run, old-run"),
+    ("status-not-a-run-dir", ["status", "{tmp}/runs/ok-run/logs"],
+     "launch: error: {tmp}/runs/ok-run/logs is not a run directory (no state.json)"),
     ("status-other-root", ["status", "ok-run", "--root", "{tmp}/elsewhere"],
      "launch: error: no run 'ok-run' under {tmp}/elsewhere (`launch list` shows the runs; "
      "give --root for another run root)"),
