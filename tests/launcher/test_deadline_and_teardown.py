@@ -6,11 +6,18 @@ from __future__ import annotations
 import json
 import signal
 
-from scripted_backend import Script, ScriptedBackend, run_job
+import pytest
+from scripted_backend import Script, ScriptedBackend, run_job, scripted_registered
 
 from launcher.deadline import DeadlineMonitor, deadline_monitor
 
 CLUSTER = {"chief": 1, "worker": 1, "ps": 1}
+
+
+@pytest.fixture(autouse=True)
+def scripted_backend_registered():
+    with scripted_registered():
+        yield
 
 
 def stopping_events(tmp_path) -> list[list[str]]:
