@@ -237,16 +237,16 @@ def cancel_main(argv: list[str]) -> int:
     write_json_atomic(os.path.join(run_dir, CANCEL_FILE), {"time": time.time(),
                                                            "pid": os.getpid()})
     handle = state.get("handle") or {}
-    if handle.get("slurm_job"):
+    if not handle.get("batch"):     # a launcher on this machine: its own ordered teardown
+        _stop_launcher(state, run_dir)
+    if handle.get("slurm_job"):     # the launcher inside the batch job, or what is left
         from launcher.backends.slurm import cancel_job
 
-        cancel_job(handle["slurm_job"], queued=now == "queued")
+        cancel_job(handle["slurm_job"], queued=now == "queued" or not handle.get("batch"))
     elif handle.get("kubernetes"):
         from launcher.backends.kubernetes import delete_run
 
         delete_run(handle["kubernetes"])
-    else:
-        _stop_launcher(state, run_dir)
     end_leftovers(state["run_id"])
     state = read_state(run_dir)
     if state.get("state") in LIVE:        # no launcher recorded the end: record it here

@@ -282,7 +282,8 @@ def open_state(run_dir: str, plan: Any, backend: Any, args: Any) -> RunState:
                                                           or backend.inside_job),
                   spec_path=getattr(args, "spec", None), attempt=attempt,
                   handle=backend.run_handle())
-    state = RunState.resume(run_dir, **kwargs) if attempt else RunState(run_dir, **kwargs)
+    resumed = attempt or backend.inside_job     # the submitting launch wrote the state first
+    state = RunState.resume(run_dir, **kwargs) if resumed else RunState(run_dir, **kwargs)
     if attempt:
         keep_old_logs(run_dir, attempt)
     state.update()

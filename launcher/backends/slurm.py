@@ -319,10 +319,15 @@ class SlurmBackend(Backend):
         if done.returncode != 0 or not done.stdout.strip():
             reason = (done.stderr or done.stdout).strip() or f"exit {done.returncode}"
             raise PreflightError(f"sbatch failed: {reason}")
-        return {"slurm_job": done.stdout.strip().split(";")[0], "batch_script": path}
+        return {"slurm_job": done.stdout.strip().split(";")[0], "batch_script": path,
+                "batch": True}
 
     def run_handle(self) -> dict[str, Any]:
-        return {"slurm_job": self.job_id} if self.job_id else {}
+        """The job; ``batch``: the launcher runs inside it (``launch cancel`` signals the
+        batch step), else it holds the allocation from outside (it is signalled itself)."""
+        if not self.job_id:
+            return {}
+        return {"slurm_job": self.job_id, **({"batch": True} if self.inside_job else {})}
 
     def requeued(self) -> bool:
         """Slurm requeued the batch job this launcher runs in (preemption, ``scontrol

@@ -169,3 +169,20 @@ def test_sigkill_of_attached_launch_releases_the_allocation(tmp_path, slurm_env,
         proc.wait()
     assert released(slurm_cluster, timeout=15), "the allocation outlived its launcher"
     assert not wait_gone(tfcluster_tasks, timeout=10)
+
+
+def test_cancel_of_an_attached_run_stops_its_launcher_and_the_allocation(tmp_path, runs,
+                                                                        slurm_cluster):
+    spec = fake_spec(tmp_path, {"chief": "forever", "worker": "forever", "ps": "forever"})
+    with launched(str(spec), "-q", env=dict(os.environ, **runs)) as proc:
+        wait_for(lambda: len(squeue(slurm_cluster, "-s")) == 3 or proc.poll() is not None,
+                 60, "three steps")
+        (run_dir,) = (tmp_path / "runs").iterdir()
+        status = run_launch("status", run_dir.name, env=runs)
+        assert "state running" in status.stdout and "Slurm job" in status.stdout
+        done = run_launch("cancel", run_dir.name, env=runs, timeout=180)
+        assert done.returncode == 0, done.stderr
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM   # its own ordered teardown
+    assert released(slurm_cluster, timeout=5)
+    assert not wait_gone(tfcluster_tasks, timeout=5)
+    assert "state cancelled" in run_launch("status", run_dir.name, env=runs).stdout
