@@ -111,6 +111,18 @@ def _root_parser(prog: str, description: str) -> argparse.ArgumentParser:
     return p
 
 
+def _run_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    p = _root_parser(prog, description)
+    p.add_argument("run", metavar="RUN", help="run id (or a unique prefix), or run directory")
+    return p
+
+
+def _open_run(args: argparse.Namespace) -> tuple[str, dict]:
+    """(run directory, state) of the RUN argument; RunError (exit 2) otherwise."""
+    run_dir = find_run(args.run, args.root)
+    return run_dir, read_state(run_dir)
+
+
 def list_main(argv: list[str]) -> int:
     p = _root_parser("list", "The runs under the run root, newest first.")
     args = p.parse_args(argv)
@@ -128,13 +140,10 @@ def list_main(argv: list[str]) -> int:
 
 # ---------------------------------------------------------------------- status
 def status_main(argv: list[str]) -> int:
-    p = _root_parser("status", "A run's state, progress and per-task rows. Exit 0 while it "
+    p = _run_parser("status", "A run's state, progress and per-task rows. Exit 0 while it "
                                "runs or when it succeeded, 1 when it failed, was cancelled or "
                                "its launcher died.")
-    p.add_argument("run", metavar="RUN", help="run id (or a unique prefix), or run directory")
-    args = p.parse_args(argv)
-    run_dir = find_run(args.run, args.root)
-    state = read_state(run_dir)
+    run_dir, state = _open_run(p.parse_args(argv))
     now, note = current_state(state)
     where = describe_handle(state.get("handle") or {})
     where = f"  {where}" if where else ""
@@ -171,16 +180,14 @@ def _log_of(state: dict, run_dir: str, task: str) -> tuple[str, str]:
 
 
 def logs_main(argv: list[str], out: IO[str] | None = None) -> int:
-    p = _root_parser("logs", "A task's log, or every task's log with [task] prefixes.")
-    p.add_argument("run", metavar="RUN", help="run id (or a unique prefix), or run directory")
+    p = _run_parser("logs", "A task's log, or every task's log with [task] prefixes.")
     p.add_argument("task", metavar="TASK", nargs="?",
                    help="chief:0, worker:1, ps, evaluator... or 'launcher' (default: all)")
     p.add_argument("-f", "--follow", action="store_true",
                    help="keep printing new lines until the run ends")
     args = p.parse_args(argv)
     out = out or sys.stdout
-    run_dir = find_run(args.run, args.root)
-    state = read_state(run_dir)
+    run_dir, state = _open_run(args)
     if args.task:
         logs = [_log_of(state, run_dir, args.task)]
     else:
@@ -224,12 +231,9 @@ def _print_new(logs: list[tuple[str, str]], offsets: dict[str, int], prefix: boo
 
 # ---------------------------------------------------------------------- cancel
 def cancel_main(argv: list[str]) -> int:
-    p = _root_parser("cancel", "Stop a run with the same ordered teardown as Ctrl-C; "
+    p = _run_parser("cancel", "Stop a run with the same ordered teardown as Ctrl-C; "
                                "nothing is left running.")
-    p.add_argument("run", metavar="RUN", help="run id (or a unique prefix), or run directory")
-    args = p.parse_args(argv)
-    run_dir = find_run(args.run, args.root)
-    state = read_state(run_dir)
+    run_dir, state = _open_run(p.parse_args(argv))
     now, _ = current_state(state)
     if state.get("state") not in LIVE:
         print(f"run {state['run_id']} already ended: {state['state']}")
