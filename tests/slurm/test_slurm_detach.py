@@ -138,6 +138,12 @@ def test_cancel_of_a_detached_run_leaves_no_job_no_step_no_task(tmp_path, runs,
     assert status.returncode == 1 and "state cancelled" in status.stdout, status.stdout
     tasks = state_of(tmp_path, run_id)["tasks"]
     assert all(t["state"] == "stopped (SIGTERM)" for t in tasks), tasks
+    # the SIGTERM reached the launcher in the batch step (as the warning signal does,
+    # --signal=B:TERM): trainers first, the ps once they were gone
+    events = [json.loads(line) for line in
+              (tmp_path / "runs" / run_id / "events.jsonl").read_text().splitlines()]
+    assert [e["tasks"] for e in events if e["event"] == "stopping"] == [
+        ["chief:0", "worker:0"], ["ps:0"]]
 
 
 def test_cancel_of_a_queued_run(tmp_path, runs, slurm_cluster):
