@@ -20,9 +20,24 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from launcher.errors import SpecError, UsageError
+from launcher.errors import SpecError, Terminated, UsageError
 
 MAX_PORT_RETRIES = 3
+
+
+@dataclass
+class RunOptions:
+    """How to run a job: what ``launch``'s options say (its argparse namespace has the same
+    names and serves as well)."""
+
+    spec: str | None = None         # the spec's path, for the run registry
+    local: bool = False
+    quiet: bool = False
+    verbose: bool = False
+    run_dir: str | None = None
+    retrain: bool = False
+    run_id: str | None = None
+    detach: bool = False
 
 
 @dataclass
@@ -88,12 +103,19 @@ def _check_command(spec, command: list[str] | None) -> None:
                                "after --", spec.source)
 
 
-def dry_run(spec, command: list[str] | None = None, *, local: bool = False,
-            as_json: bool = False, **overrides) -> str:
-    """Every task's address, TF_CONFIG, environment and expanded command; starts nothing."""
+def prepare(spec, command: list[str] | None = None, *, local: bool = False,
+            overrides: dict[str, Any] | None = None):
+    """(Spec, backend) for a spec given as path, dict or Spec; bad input raises here."""
     spec = resolve_spec(spec, overrides)
     backend = _backend(spec, local)
     _check_command(spec, command)
+    return spec, backend
+
+
+def dry_run(spec, command: list[str] | None = None, *, local: bool = False,
+            as_json: bool = False, **overrides) -> str:
+    """Every task's address, TF_CONFIG, environment and expanded command; starts nothing."""
+    spec, backend = prepare(spec, command, local=local, overrides=overrides)
     return render_dry_run(make_plan(spec, backend, command), backend, as_json=as_json)
 
 
@@ -101,30 +123,36 @@ def run(spec, command: list[str] | None = None, *, local: bool = False, quiet: b
         run_dir: str | None = None, verbose: bool = False, retrain: bool = False,
         console=None, **overrides) -> RunResult:
     """Run the job in this process until it ends; see the module docstring."""
-    from launcher.environment import check_fsspec_driver, check_run_dir
-    from launcher.output.console import make_console
+    prepared, backend = prepare(spec, command, local=local, overrides=overrides)
+    path = os.fspath(spec) if isinstance(spec, (str, os.PathLike)) else None
+    options = RunOptions(spec=path, local=local, quiet=quiet, verbose=verbose,
+                         run_dir=run_dir, retrain=retrain)
+    return start(prepared, backend, command, options, console)
 
-    spec = resolve_spec(spec, overrides)
-    backend = _backend(spec, local)
-    _check_command(spec, command)
+
+def start(spec, backend, command: list[str] | None, options, console=None) -> RunResult:
+    """The checks of the environment, the backend's resources, the plan, then the run."""
+    from launcher.environment import check_fsspec_driver, check_run_dir
+    from launcher.runs import runs_root
+
     command = list(command) if command is not None else None
     check_fsspec_driver(spec.model_dir)
-    check_run_dir(run_dir or spec.run_dir or os.path.join(".tfcluster", "runs"))
+    check_run_dir(options.run_dir or spec.run_dir or runs_root())
     backend.prepare()
     try:
-        plan = make_plan(spec, backend, command)
+        plan = make_plan(spec, backend, command, run_id=options.run_id)
     except BaseException:
         backend.close()
         raise
-    console = console or make_console(quiet=quiet, verbose=verbose)
-    return execute(spec, backend, plan, command, console, run_dir=run_dir, retrain=retrain)
+    return execute(spec, backend, plan, command, options, console=console)
 
 
 def make_plan(spec, backend, command, run_id: str | None = None):
     from launcher.plan import build_plan
 
     return build_plan(spec, port_for=backend.allocate_port, host_for=backend.host_for,
-                      command=command, run_id=run_id, backend=backend.name)
+                      command=command, run_id=run_id, backend=backend.name,
+                      base_env={"TFCLUSTER_RESTART_COUNT": str(backend.attempt())})
 
 
 def public_plan(plan) -> dict[str, Any]:
@@ -138,10 +166,10 @@ def public_plan(plan) -> dict[str, Any]:
     return doc
 
 
-def render_dry_run(plan, backend, as_json: bool = False) -> str:
+def render_dry_run(plan, backend, as_json: bool = False, extra: str | None = None) -> str:
     doc = public_plan(plan)
     tasks = doc["tasks"]
-    extra = backend.describe(plan)
+    extra = backend.describe(plan) if extra is None else extra
     if as_json:
         doc["backend"] = backend.name
         if extra is not None:
@@ -168,41 +196,76 @@ def render_dry_run(plan, backend, as_json: bool = False) -> str:
 
 
 def default_run_dir(spec, run_id: str) -> str:
-    base = spec.run_dir or os.path.join(".tfcluster", "runs")
-    return os.path.join(base, run_id)
+    from launcher.runs import runs_root
+
+    return os.path.join(spec.run_dir or runs_root(), run_id)
 
 
 def task_rows(runs) -> list[dict[str, Any]]:
-    """One row per task, as summary.json keeps them."""
+    """One row per task, as summary.json keeps them (and ``status``, the exit in words)."""
     return [{"task": r.name, "address": r.task.address, "exit": r.status,
              "status": r.status_text(), "stopped": r.stopped, "restarts": r.restarts,
              "duration": round(r.duration(), 3), "log": r.log_path} for r in runs]
 
 
-def execute(spec, backend, plan, command, console, run_dir: str | None = None,
-            retrain: bool = False) -> RunResult:
+def execute(spec, backend, plan, command, args, on_running=None, console=None) -> RunResult:
+    """Run the job attached; its state goes into the run registry (launcher/runs.py);
+    ``on_running(state)`` is called once every task started. ``args``: RunOptions, or
+    launch's argparse namespace."""
+    from launcher.output.console import make_console
+    from launcher.runs import RunLog, open_state
+
+    run_dir = args.run_dir or default_run_dir(spec, plan.run_id)
+    os.makedirs(run_dir, exist_ok=True)
+    state = open_state(run_dir, plan, backend, args)
+    state.on_running = on_running
+    console = console or make_console(quiet=args.quiet, verbose=getattr(args, "verbose", False))
+    try:
+        result = _execute(spec, backend, plan, command, args, run_dir,
+                          RunLog(os.path.join(run_dir, "events.jsonl"), state), state, console)
+    except BaseException as e:
+        status, reason = exit_of(e)
+        state.finish(status, reason, None, requeued=status > 128 and backend.requeued())
+        raise
+    summary = {"status": result.status, "reason": result.reason, "duration": result.duration,
+               "tasks": [{k: v for k, v in r.items() if k != "status"} for r in result.tasks]}
+    state.finish(result.status, result.reason, summary if result.tasks else None,
+                 requeued=result.status > 128 and backend.requeued())
+    return result
+
+
+def exit_of(e: BaseException) -> tuple[int, str]:
+    """The exit status and reason of a run that ended by this exception."""
+    import signal
+
+    if isinstance(e, UsageError):
+        return e.exit_status, str(e)
+    if isinstance(e, KeyboardInterrupt):
+        return 130, "interrupted by SIGINT"
+    if isinstance(e, Terminated):
+        return 128 + e.args[0], f"interrupted by {signal.Signals(e.args[0]).name}"
+    return 1, f"launcher error: {e!r}"
+
+
+def _execute(spec, backend, plan, command, args, run_dir, events, state,
+             console) -> RunResult:
     """Preflight, run (new ports and again when a task lost its port to a race), then the
     closing summary; the backend is closed whatever happens."""
-    from launcher.events import EventLog
     from launcher.job import Job, PortConflict
     from launcher.output.summary import summary_table
 
-    run_dir = run_dir or default_run_dir(spec, plan.run_id)
-    events = EventLog(os.path.join(run_dir, "events.jsonl"))
-    monitors: list = []
     try:
         backend.preflight(plan)
-        os.makedirs(run_dir, exist_ok=True)     # not for a job refused by the preflight
         from launcher.storage_check import preflight_model_dir
-        if preflight_model_dir(plan, backend, retrain, console, events):
+        if preflight_model_dir(plan, backend, args.retrain, console, events):
             return RunResult(0, "model_dir already holds a checkpoint at max_steps", run_dir,
                              run_id=plan.run_id)
-        _write_plan(run_dir, plan)
+        write_plan(run_dir, plan)
         for attempt in range(MAX_PORT_RETRIES + 1):
             job = Job(plan, backend, run_dir, console, events=events)
+            state.attach(job)
             try:
                 result = job.run()
-                monitors = job.monitors
                 break
             except PortConflict as e:
                 if attempt == MAX_PORT_RETRIES:
@@ -210,7 +273,7 @@ def execute(spec, backend, plan, command, console, run_dir: str | None = None,
                 console.info(f"{e}; picking new ports and starting again")
                 events.write("port_conflict", message=str(e))
                 plan = make_plan(spec, backend, command, run_id=plan.run_id)
-                _write_plan(run_dir, plan)
+                write_plan(run_dir, plan)
     finally:
         console.close()
         backend.close()
@@ -230,7 +293,7 @@ def execute(spec, backend, plan, command, console, run_dir: str | None = None,
                    "duration": round(result.duration, 3),
                    "tasks": [{k: v for k, v in r.items() if k != "status"} for r in rows]},
                   f, indent=2)
-    return RunResult(result.status, result.reason, run_dir, _final_step(monitors), rows,
+    return RunResult(result.status, result.reason, run_dir, _final_step(job.monitors), rows,
                      round(result.duration, 3), plan.run_id)
 
 
@@ -243,6 +306,6 @@ def _final_step(monitors: list) -> int | None:
     return None
 
 
-def _write_plan(run_dir: str, plan) -> None:
+def write_plan(run_dir: str, plan) -> None:
     with open(os.path.join(run_dir, "plan.json"), "w", encoding="utf-8") as f:
         json.dump(public_plan(plan), f, indent=2)

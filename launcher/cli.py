@@ -11,11 +11,15 @@ import importlib
 import signal
 import sys
 
-from launcher.errors import UsageError
+from launcher.errors import Terminated, UsageError
 
 SUBCOMMANDS = {
     "report": "launcher.output.report",
     "evaluate": "orchestrator.offline_eval",
+    "list": "launcher.run_commands:list_main",
+    "status": "launcher.run_commands:status_main",
+    "logs": "launcher.run_commands:logs_main",
+    "cancel": "launcher.run_commands:cancel_main",
 }
 
 
@@ -35,7 +39,9 @@ def _parser() -> argparse.ArgumentParser:
                     "every ps is stopped and nothing is left running.",
         epilog="COMMAND after -- replaces the spec's command. Other commands: "
                "'launch report RUN_DIR' draws a run's loss and metrics; "
-               "'launch evaluate --model EXPORT_DIR --data FILE' scores an exported model.",
+               "'launch evaluate --model EXPORT_DIR --data FILE' scores an exported model; "
+               "'launch list', 'launch status RUN', 'launch logs RUN [TASK] [-f]', "
+               "'launch cancel RUN' follow runs, attached or detached.",
     )
     p.add_argument("spec", metavar="SPEC", help="the cluster spec (JSON)")
     p.add_argument("--dry-run", action="store_true",
@@ -55,6 +61,12 @@ def _parser() -> argparse.ArgumentParser:
                         "banners, INFO lines), which is otherwise only in the task logs")
     p.add_argument("--retrain", action="store_true",
                    help="train even when model_dir already holds a checkpoint at max_steps")
+    p.add_argument("--detach", action="store_true",
+                   help="start or submit the job and return once it runs or is queued; "
+                        "follow it with launch status/logs/cancel RUN")
+    # the batch script of a detached Slurm run re-enters here, inside its allocation
+    p.add_argument("--run-id", help=argparse.SUPPRESS)
+    p.add_argument("--in-allocation", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--version", action="version", version="tfcluster 0.1.0")
     return p
 
@@ -80,13 +92,10 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str] | None]:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in SUBCOMMANDS:
-        module = importlib.import_module(SUBCOMMANDS[argv[0]])
-        return _guard(lambda: module.main(argv[1:]))
+        name, _, func = SUBCOMMANDS[argv[0]].partition(":")
+        entry = getattr(importlib.import_module(name), func or "main")
+        return _guard(lambda: entry(argv[1:]))
     return _guard(lambda: run_cli(argv))
-
-
-class Terminated(Exception):
-    """SIGTERM or SIGHUP before the job loop took over the signals (checks, probes)."""
 
 
 def _terminate(signum, _frame):
@@ -118,12 +127,16 @@ def run_cli(argv: list[str]) -> int:
     args, command = parse_args(argv)
     from launcher import api
 
+    spec, backend = api.prepare(args.spec, command, local=args.local)
+    if args.detach and not args.in_allocation:
+        from launcher.detach import detach
+        return detach(spec, backend, command, args)
+    backend.inside_job = args.in_allocation
     if args.dry_run:
-        print(api.dry_run(args.spec, command, local=args.local, as_json=args.json))
+        plan = api.make_plan(spec, backend, command, run_id=args.run_id)
+        print(api.render_dry_run(plan, backend, as_json=args.json))
         return 0
-    result = api.run(args.spec, command, local=args.local, quiet=args.quiet,
-                     run_dir=args.run_dir, verbose=args.verbose, retrain=args.retrain)
-    return result.status
+    return api.start(spec, backend, command, args).status
 
 
 if __name__ == "__main__":
