@@ -44,11 +44,15 @@ def test_dry_run_takes_a_path_a_dict_or_a_spec_and_overrides(tmp_path):
     (lambda t: launcher.run(SPEC, "python t.py"), UsageError,
      "command must be a non-empty list of strings"),
 ])
-def test_bad_input_raises_the_clis_error_and_starts_nothing(tmp_path, call, error, message):
+def test_bad_input_raises_the_clis_error_and_starts_nothing(tmp_path, monkeypatch, call,
+                                                           error, message):
+    monkeypatch.chdir(tmp_path)
     with pytest.raises(error) as e:
         call(tmp_path)
     assert message in str(e.value)
-    assert not (tmp_path / "r").exists()
+    assert not (tmp_path / "m").exists()                  # model_dir untouched
+    for state in (tmp_path / "r").glob("*/state.json"):   # a refused run, as the registry
+        assert json.loads(state.read_text())["state"] == "failed"    # records it
 
 
 @pytest.mark.tf
