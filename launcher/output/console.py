@@ -68,12 +68,16 @@ class Console:
 
 
 def make_console(quiet: bool = False, verbose: bool = False) -> Console:
-    """The live view when both stdout and stderr are a terminal, else plain lines."""
+    """The live view when both stdout and stderr are a terminal (and rich is installed),
+    else plain lines."""
     if not quiet and _terminal(sys.stdout) and _terminal(sys.stderr) and \
             os.environ.get("TERM", "") != "dumb":
-        from launcher.output.live import LiveConsole
+        try:
+            from launcher.output.live import LiveConsole
 
-        return LiveConsole(verbose=verbose)
+            return LiveConsole(verbose=verbose)
+        except ImportError:
+            pass        # rich is a dependency; an environment without it prints lines
     return Console(quiet=quiet, verbose=verbose)
 
 
