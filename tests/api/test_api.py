@@ -79,7 +79,7 @@ def test_run_the_estimator_example_from_python(tmp_path, monkeypatch, capsys):
     console = out.splitlines() + err.splitlines()
     assert len(console) <= 60, "\n".join(console)
     logs = [line for p in sorted((tmp_path / "run" / "logs").glob("*.log"))
-            for line in p.read_text().splitlines()]
+            for line in p.read_bytes().decode(errors="replace").split("\n")[:-1]]
     hidden = int(re.search(r"(\d+) lines of TensorFlow's routine output", err)[1])
     shown = [line for line in out.splitlines() if line.startswith("[")]
     assert hidden + len(shown) == len(logs)             # every line is in the logs
