@@ -15,7 +15,9 @@ Policy lives here, mechanism in the backends. The end of a job:
   restarted alone, or the whole cluster is (a lost ps), or the job fails;
 - failure when a task exits with an error (or a monitor says the job stalled): every task is
   stopped and the failing task's last lines are shown;
-- Ctrl-C or SIGTERM to the launcher stops every task.
+- Ctrl-C or SIGTERM to the launcher (``launch cancel``, Slurm's warning signal) stops every
+  task, as does the whole-job deadline ``timeouts.job``: trainers and the evaluator first,
+  the ps once they are gone (``teardown``).
 
 Monitors see a snapshot of the tasks (orchestrator.decisions.TaskState), never the Job, and
 answer in the one decision vocabulary (orchestrator.decisions.Decision). Time comes from an
@@ -26,6 +28,7 @@ against a scripted in-memory backend in milliseconds (tests/support.py).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import signal
 import threading
@@ -37,6 +40,7 @@ from launcher.backends.base import Backend, TaskHandle
 from launcher.ending import TaskView, TrainingView, end_step
 from launcher.events import EventLog
 from launcher.output.console import Console
+from launcher.output.noise import latest_state
 from launcher.plan import JobPlan, TaskPlan
 from launcher.restarts import RestartBook
 from launcher.tracebacks import Excerpt, describe, last_exception
@@ -53,6 +57,7 @@ SIGNALLED = (-signal.SIGTERM, -signal.SIGKILL, 128 + signal.SIGTERM, 128 + signa
 # TensorFlow's words when the script's own model_dir is not the one in TF_CONFIG.
 MODEL_DIR_MISMATCH = ("must have the same value as the model_dir in TF_CONFIG",
                       "are set both in constructor and `RunConfig`, but with different")
+RESTART_COUNT = "TFCLUSTER_RESTART_COUNT"
 
 
 @dataclass
@@ -112,6 +117,15 @@ class PortConflict(Exception):
     process): the caller re-plans with new ports and starts again."""
 
 
+def restarted(task: TaskPlan, restarts: int) -> TaskPlan:
+    """The task as its ``restarts``-th restart starts: TFCLUSTER_RESTART_COUNT counts the
+    run's earlier attempts (the plan's value: a requeued Slurm job) plus these restarts."""
+    if not restarts:
+        return task
+    base = int(task.env.get(RESTART_COUNT, "0") or 0)
+    return dataclasses.replace(task, env={**task.env, RESTART_COUNT: str(base + restarts)})
+
+
 class Job:
     """One run of a plan on a backend."""
 
@@ -125,10 +139,13 @@ class Job:
         self.run_dir = run_dir
         self.console = console
         self.timeouts = plan.timeouts
-        self.monitors = list(monitors or [])
         self.clock = clock
         self.wait = wait or self._wait_for_wake
         self.events = events or EventLog(os.path.join(run_dir, "events.jsonl"))
+        # The default monitors are made once the tasks started: reading model_dir is not
+        # on the way to the first task's start.
+        self.monitors: list[Monitor] = list(monitors) if monitors is not None else []
+        self._default_monitors = monitors is None
         os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
         self.runs = [TaskRun(t, os.path.join(run_dir, "logs", f"{t.type}-{t.index}.log"))
                      for t in plan.tasks]
@@ -143,6 +160,20 @@ class Job:
         self.restarts = RestartBook(dict(plan.restart), synchronous=plan.synchronous)
         self.due: dict[str, float] = {}     # task name -> when its restart is due
         self._ended: list[TaskRun] = []     # reaped, not yet judged
+
+    def watchers(self) -> list[Monitor]:
+        """The monitors of a job by default: the coordinator, watching model_dir, and the
+        whole-job deadline (``timeouts.job``)."""
+        from launcher.deadline import deadline_monitor
+        from launcher.monitors import CoordinatorMonitor
+        from orchestrator.coordinator import Coordinator
+
+        t = self.plan.timeouts
+        coordinator = Coordinator(self.plan.storage.url, max_steps=self.plan.max_steps,
+                                  poll=t["poll"], stall=t["stall"], startup=t["start"],
+                                  reader=self.plan.storage.reader())
+        return [CoordinatorMonitor(coordinator, self.console, self.events),
+                *deadline_monitor(t, self.clock)]
 
     # ------------------------------------------------------------------ queries
     def run_of(self, type_: str, index: int = 0) -> TaskRun | None:
@@ -174,7 +205,7 @@ class Job:
             out.append(TaskState(run.name, run.task.type, run.task.address, alive=not ended,
                                  exit_status=run.status_text() if ended else None,
                                  stopped=run.stopped, restarts=run.restarts,
-                                 started_at=run.started))
+                                 started_at=run.started, restarting=run.name in self.due))
         return out
 
     def _wait_for_wake(self, secs: float) -> None:
@@ -185,7 +216,7 @@ class Job:
     def start_task(self, run: TaskRun) -> None:
         mode = "ab" if run.restarts else "wb"
         log = open(run.log_path, mode)  # noqa: SIM115 - closed by the pump thread
-        run.handle = self.backend.start(run.task)
+        run.handle = self.backend.start(restarted(run.task, run.restarts))
         run.started, run.ended, run.status, run.stopped = self.clock(), None, None, False
         pid = run.handle.pid
         self.events.write("task_started", task=run.name, address=run.task.address, pid=pid,
@@ -203,7 +234,7 @@ class Job:
                 log.write(raw)
                 log.flush()
                 line = raw.decode(errors="replace").rstrip("\r\n")
-                run.tail.append(line)
+                run.tail.append(latest_state(line))    # a redrawn bar: its last state
                 run.last_output = self.clock()
                 self.console.task_line(run.name, line)
         except (OSError, ValueError):
@@ -276,7 +307,7 @@ class Job:
         try:
             return self._run()
         finally:
-            self.stop(self.live(), "teardown")
+            self.teardown("teardown")
             for run in self.runs:
                 if run.pump is not None:
                     run.pump.join(timeout=5)
@@ -291,6 +322,8 @@ class Job:
                 break
             self.start_task(run)
         self.console.info(f"started {len(self.runs)} tasks; logs in {self.run_dir}/logs")
+        if self._default_monitors:
+            self.monitors = self.watchers()
         while True:
             if self.interrupted:
                 name = signal.Signals(self.interrupted).name
@@ -393,8 +426,14 @@ class Job:
                 self.start_task(run)
 
     def _training(self) -> TrainingView:
-        view = self.training() if self.training is not None else \
-            TrainingView(max_steps=self.plan.max_steps)
+        """What model_dir says: the ``training`` callable given, else the coordinator's."""
+        source = self.training
+        if source is None:
+            from launcher.monitors import CoordinatorMonitor
+
+            source = next((m.training_view for m in self.monitors
+                           if isinstance(m, CoordinatorMonitor)), None)
+        view = source() if source is not None else TrainingView(max_steps=self.plan.max_steps)
         if self.reached_at is not None:
             view = replace(view, reached_at=self.reached_at)
         return view
@@ -434,8 +473,16 @@ class Job:
                 self.console.info(f"  | {line}")
         return self._finish(1, reason)
 
-    def _finish(self, status: int, reason: str) -> JobResult:
+    def teardown(self, reason: str) -> None:
+        """Stop every live task in order: the trainers and the evaluator first, the ps once
+        they are gone (a ps stopped first leaves trainers hanging, or a checkpoint being
+        written half done). Ctrl-C, SIGTERM (``launch cancel``, Slurm's warning signal),
+        ``timeouts.job`` and failures all end this way."""
+        self.stop([r for r in self.live() if r.task.type != "ps"], reason)
         self.stop(self.live(), reason)
+
+    def _finish(self, status: int, reason: str) -> JobResult:
+        self.teardown(reason)
         result = JobResult(status, reason, self.runs, self.clock() - self.started,
                            self.training_done_at is not None, list(self.incidents))
         self.events.write("job_ended", status=status, reason=reason,

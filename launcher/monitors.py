@@ -26,7 +26,6 @@ from launcher.ending import TrainingView
 from launcher.events import EventLog
 from launcher.output.console import Console
 from launcher.output.progress import progress_line
-from launcher.plan import JobPlan
 from orchestrator.coordinator import Coordinator, Progress
 from orchestrator.decisions import Decision, TaskState
 
@@ -88,6 +87,7 @@ class CoordinatorMonitor:
             self._restarts += 1
             self.coordinator.note_restart()
         p = self.coordinator.progress()
+        self.console.progress(p, tasks, self._restarts)
         self._maybe_print(p, now)
         decision = self.coordinator.judge(tasks)
         if decision is None:
@@ -105,7 +105,7 @@ class CoordinatorMonitor:
             return
         line = progress_line(p, now - (self._started or now), self._restarts)
         if line != last or now - at >= PROGRESS_QUIET:
-            self.console.info(line)
+            self.console.progress_line(line)
             self._last_line = (line, now)
 
     def training_view(self) -> TrainingView:
@@ -118,11 +118,3 @@ class CoordinatorMonitor:
         # The closing lines come from one last read of model_dir (launcher/closing.py).
         self.coordinator.stop()
 
-
-def coordinator_monitor(plan: JobPlan, console: Console, events: EventLog) -> CoordinatorMonitor:
-    """The coordinator's monitor for a plan: it reads model_dir as the plan resolved it."""
-    t = plan.timeouts
-    coordinator = Coordinator(plan.storage.url, max_steps=plan.max_steps, poll=t["poll"],
-                              stall=t["stall"], startup=t["start"],
-                              reader=plan.storage.reader())
-    return CoordinatorMonitor(coordinator, console, events)

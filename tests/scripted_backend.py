@@ -9,15 +9,17 @@ Time is a FakeClock that the job loop's ``wait`` advances.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import signal
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from support import FakeClock
 
-from launcher.backends import register
+from launcher.backends import register, unregister
 from launcher.backends.base import Backend, TaskHandle
 from launcher.job import Job, JobResult
 from launcher.output.console import Console
@@ -109,7 +111,14 @@ class ScriptedBackend(Backend):
         return handle
 
 
-register("scripted", ScriptedBackend)      # the one line that makes it a backend
+@contextlib.contextmanager
+def scripted_registered() -> Iterator[None]:
+    """``"backend": "scripted"`` works inside (tests/launcher/conftest.py uses it)."""
+    register("scripted", ScriptedBackend)      # the one line that makes it a backend
+    try:
+        yield
+    finally:
+        unregister("scripted")
 
 
 class Lines(io.StringIO):

@@ -24,6 +24,10 @@ def register(name: str, backend: str | type[Backend]) -> None:
     _REGISTRY[name] = backend
 
 
+def unregister(name: str) -> None:
+    _REGISTRY.pop(name, None)
+
+
 def names() -> tuple[str, ...]:
     return tuple(_REGISTRY)
 

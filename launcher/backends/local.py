@@ -10,6 +10,7 @@ import socket
 import subprocess
 
 from launcher.backends.base import Backend, ProbeResult, TaskHandle
+from launcher.environment import check_local_programs
 from launcher.errors import PreflightError
 from launcher.plan import JobPlan, TaskPlan
 from launcher.processes import ProcessHandle, die_with_parent, free_port, port_taken, task_environ
@@ -32,14 +33,17 @@ def local_names() -> set[str]:
 
 def check_hosts_are_local(spec) -> None:
     """PreflightError naming the first address of the spec that is not this machine."""
-    names = local_names()
+    names: set[str] | None = None
     entries = [(f"cluster.{job}[{i}]", a) for job, addrs in spec.cluster.items()
                for i, a in enumerate(addrs)]
     if spec.evaluator is not None:
         entries.append(("evaluator", spec.evaluator))
     for where, addr in entries:
         host = addr.host.lower()
-        if host not in names and not host.startswith("127."):
+        if host == "localhost" or host.startswith("127."):
+            continue
+        names = names if names is not None else local_names()   # psutil: only when needed
+        if host not in names:
             raise PreflightError(f"{where}: host {addr.host!r} is not this machine, and "
                                  "backend \"local\" runs every task here (use --local to "
                                  "map every host to localhost, or backend \"ssh\")")
@@ -62,6 +66,7 @@ class LocalBackend(Backend):
         explicitly is free here."""
         if self.spec.backend == "local":
             check_hosts_are_local(self.spec)
+        check_local_programs(plan.tasks)
         for task in plan.tasks:
             if not task.auto_port and port_taken(task.port):
                 raise PreflightError(f"{task.name}: port {task.port} is already in use on "

@@ -21,13 +21,20 @@ STATUS_RULE = ("0: training finished and every task ended (an evaluator that did
                "evaluator failing after training finished included; 2: bad input; 128+N: "
                "interrupted by signal N")
 
+HEADER = ("task", "address", "exit", "duration", "restarts", "log")
+
 
 def summary_table(runs: list[TaskRun]) -> str:
     """task, address, exit status, duration, log file: one row per task."""
-    rows = [("task", "address", "exit", "duration", "restarts", "log")]
-    for run in runs:
-        rows.append((run.name, run.task.address, run.status_text(), f"{run.duration():.1f}s",
-                     str(run.restarts), run.log_path))
+    return rows_table([(run.name, run.task.address, run.status_text(),
+                        f"{run.duration():.1f}s", str(run.restarts), run.log_path)
+                       for run in runs])
+
+
+def rows_table(rows: list[tuple[str, ...]], header: tuple[str, ...] = HEADER) -> str:
+    """Rows of cells as left-aligned columns under ``header`` (the summary's, and
+    ``launch status`` and ``launch list`` from a run's recorded state)."""
+    rows = [header, *rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
@@ -60,14 +67,12 @@ def closing_lines(result: JobResult, closing: Closing) -> list[str]:
     return lines
 
 
-def summary_doc(result: JobResult, closing: Closing) -> dict[str, Any]:
-    """summary.json."""
+def summary_doc(result: JobResult, closing: Closing, rows: list[dict[str, Any]]
+                ) -> dict[str, Any]:
+    """summary.json; ``rows``: one per task (launcher.api.task_rows)."""
     return {"status": result.status, "reason": result.reason,
             "duration": round(result.duration, 3),
             "training": training_of(result), "evaluation": evaluation_of(result, closing),
             "status_rule": STATUS_RULE, **closing.to_dict(),
             "restarts": result.incidents,
-            "tasks": [{"task": r.name, "address": r.task.address, "exit": r.status,
-                       "stopped": r.stopped, "restarts": r.restarts,
-                       "duration": round(r.duration(), 3), "log": r.log_path}
-                      for r in result.runs]}
+            "tasks": [{k: v for k, v in r.items() if k != "status"} for r in rows]}

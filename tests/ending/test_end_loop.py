@@ -4,10 +4,18 @@ checkpoint, an evaluator restarted after a vanished checkpoint, the exit status 
 
 from __future__ import annotations
 
-from scripted_backend import Script, ScriptedBackend, run_job
+import pytest
+from scripted_backend import Script, ScriptedBackend, run_job, scripted_registered
 
 from launcher.ending import TrainingView
 from orchestrator.decisions import FINISH, Decision
+
+
+@pytest.fixture(autouse=True)
+def scripted_backend_registered():
+    with scripted_registered():
+        yield
+
 
 CLUSTER = {"chief": 1, "worker": 2, "ps": 1}
 TIMEOUTS = {"finish": 30, "evaluator": 300, "kill": 3, "poll": 1}
