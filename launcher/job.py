@@ -371,7 +371,7 @@ class Job:
         if run.status != 0:     # the exception may be far above the last lines
             excerpt = describe(run.log_path)
             if excerpt is not None:
-                tail.append(excerpt.exception)
+                tail += excerpt.chain or (excerpt.exception,)
         verdict = self.restarts.judge_exit(run.task.type, run.name, run.status, tail,
                                            finishing)
         return self._apply(verdict, run)

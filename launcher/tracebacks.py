@@ -26,18 +26,38 @@ class Excerpt:
     traceback_line: int         # 1-based line of "Traceback (most recent call last):"
     frame: str | None = None    # the innermost frame: 'train.py, line 42, in input_fn'
     first_line: int = 1         # line number of lines[0] in the log
+    chain: tuple[str, ...] = ()  # the exception lines of the whole chain, causes first
+
+
+CHAINED = ("During handling of the above exception", "The above exception was the direct "
+           "cause")
 
 
 def last_exception(lines: Sequence[str], first_line: int = 1) -> Excerpt | None:
     """The last traceback of ``lines`` and its exception line; None when there is none.
-    ``first_line`` is the log's line number of ``lines[0]`` (when only its end was read)."""
-    start = None
-    for i in range(len(lines) - 1, -1, -1):
-        if lines[i].strip().endswith(TRACEBACK):
-            start = i
-            break
-    if start is None:
+    ``first_line`` is the log's line number of ``lines[0]`` (when only its end was read).
+    ``chain`` also has the exception lines of the tracebacks it was raised from (TensorFlow
+    wraps a missing file in "Restoring from checkpoint failed")."""
+    starts = [i for i, line in enumerate(lines) if line.strip().endswith(TRACEBACK)]
+    if not starts:
         return None
+    found = _block(lines, starts[-1], first_line)
+    if found is None:
+        return None
+    chain = [found.exception]
+    for previous, start in zip(reversed(starts[:-1]), reversed(starts)):
+        between = [x.strip() for x in lines[previous:start] if x.strip()]
+        if not any(between[-1].startswith(c) for c in CHAINED) if between else True:
+            break
+        cause = _block(lines, previous, first_line)
+        if cause is not None:
+            chain.insert(0, cause.exception)
+    return Excerpt(found.exception, found.traceback_line, found.frame, first_line,
+                   tuple(chain))
+
+
+def _block(lines: Sequence[str], start: int, first_line: int) -> Excerpt | None:
+    """The exception of the traceback that starts at ``lines[start]``."""
     frame = None
     for i in range(start + 1, len(lines)):
         line = lines[i]

@@ -35,6 +35,8 @@ def test_the_last_of_chained_tracebacks_and_dotted_tf_errors():
     found = last_exception(chained)
     assert found.exception.startswith("tensorflow.python.framework.errors_impl.NotFoundError")
     assert found.traceback_line == 12
+    assert found.chain == ("ValueError: bad shape [[0.1 0.2 0.3]", found.exception)
+    assert last_exception(TRACE + ["", "unrelated"] + TRACE[1:]).chain == (TRACE[-1],)
 
 
 def test_no_traceback_no_excerpt():
