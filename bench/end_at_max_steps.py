@@ -86,8 +86,8 @@ def main() -> None:
                 print(f"{name}: {r}", file=sys.stderr, flush=True)
     print(f"max_steps {args.max_steps}, {args.repeat} runs each (median; min-max)\n")
     print("| script | evaluator | max_steps reached → launch exited | steps past max_steps "
-          "| evaluated step | job |")
-    print("|---|---|---|---|---|---|")
+          "| evaluated step | evaluator restarts (vanished checkpoint) | job |")
+    print("|---|---|---|---|---|---|---|")
     for name, runs in results.items():
         kind, ev = name.rsplit(", ", 1)
         after = [r["after_max_steps"] for r in runs if r["after_max_steps"] is not None]
@@ -95,6 +95,7 @@ def main() -> None:
         evald = [r["evaluated"] for r in runs if r["evaluated"] is not None]
         print(f"| {kind} | {'yes' if ev == 'evaluator' else 'no'} "
               f"| {_fmt(after, 's')} | {_fmt(past, '')} | {_fmt(evald, '') if evald else '-'} "
+              f"| {sum(r['restarts'] for r in runs)} in {len(runs)} runs "
               f"| {_fmt([r['duration'] for r in runs], 's')} |")
 
 
