@@ -282,7 +282,7 @@ def _execute(spec, backend, plan, command, args, run_dir, events, state,
     closing = final_read(plan.storage.reader(), plan.max_steps,
                          any(t.type == "evaluator" for t in plan.tasks), spec.epochs,
                          [r.log_path for r in result.runs if r.task.type in TRAINERS],
-                         plan.model_dir)
+                         plan.model_dir, result.training_finished)
     table = summary_table(result.runs)
     verdict = "succeeded" if result.status == 0 else f"FAILED (exit status {result.status})"
     console.info(f"job {verdict} after {result.duration:.1f}s: {result.reason}\n{table}")

@@ -25,6 +25,7 @@ from orchestrator.evaluated import newest_evaluated
 from orchestrator.metrics_file import METRICS_FILE
 from orchestrator.sharding import SHARD_MARK
 
+CHECKPOINT_NOTES = ("no checkpoint was written", "the newest complete checkpoint is at")
 IGNORED_FACTOR = 2          # newest checkpoint >= this x max_steps: max_steps was ignored
 RECIPE = "docs/ending.md"
 
@@ -124,8 +125,10 @@ def read_shard_marks(log_paths: Iterable[str]) -> bool:
 
 def final_read(reader: CheckpointReader, max_steps: int | None, has_evaluator: bool,
                epochs: int | None = None, trainer_logs: Iterable[str] = (),
-               model_dir: str | None = None) -> Closing:
-    """Read model_dir once more and decide the closing lines."""
+               model_dir: str | None = None, training_finished: bool = True) -> Closing:
+    """Read model_dir once more and decide the closing lines. When training did not finish
+    (a task failed, an interrupt) the failure is the story: no line about where the
+    checkpoints stand."""
     try:
         ckpt = reader.newest_complete()
         evaluated = newest_evaluated(reader, metrics_eval_step(reader)) if has_evaluator \
@@ -135,8 +138,10 @@ def final_read(reader: CheckpointReader, max_steps: int | None, has_evaluator: b
         c.notes.append(f"model_dir could not be read at the end: {type(e).__name__}: {e}")
         return c
     c = Closing(ckpt, max_steps, evaluated, has_evaluator)
-    c.notes += closing_notes(c, epochs, read_shard_marks(trainer_logs) if epochs else True,
-                             model_dir or reader.model_dir)
+    notes = closing_notes(c, epochs, read_shard_marks(trainer_logs) if epochs else True,
+                          model_dir or reader.model_dir)
+    c.notes += notes if training_finished else \
+        [n for n in notes if not n.startswith(CHECKPOINT_NOTES)]
     return c
 
 

@@ -137,8 +137,9 @@ def _evaluator(now: float, tasks: list[TaskView], training: TrainingView,
         evaluated = training.evaluated_step
         if target is not None and evaluated is not None and evaluated >= target and \
                 all(idle(t) for t in running):
-            return EndStep(_names(running), f"the evaluator evaluated step {evaluated} "
-                                            f"(final: {target})")
+            return EndStep(_names(running), f"the final checkpoint (step {target}) was "
+                                            f"evaluated (newest evaluation: step "
+                                            f"{evaluated})")
         if window_over:
             return EndStep(_names(running), f"the evaluator did not evaluate the final "
                                             f"checkpoint within {timeouts['evaluator']:g}s "

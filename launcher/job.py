@@ -218,6 +218,7 @@ class Job:
         log = open(run.log_path, mode)  # noqa: SIM115 - closed by the pump thread
         run.handle = self.backend.start(restarted(run.task, run.restarts))
         run.started, run.ended, run.status, run.stopped = self.clock(), None, None, False
+        run.last_output = None
         pid = run.handle.pid
         self.events.write("task_started", task=run.name, address=run.task.address, pid=pid,
                           restarts=run.restarts)

@@ -46,6 +46,10 @@ def test_no_checkpoint_although_max_steps_was_given(tmp_path):
     assert "although max_steps 1000 was given" in c.notes[0]
 
 
+def test_a_failed_training_gets_no_checkpoint_notes(tmp_path):
+    assert final_read(model_dir(tmp_path), 1000, False, training_finished=False).notes == []
+
+
 def test_short_of_max_steps_is_read_at_the_end_not_from_the_last_poll(tmp_path):
     c = final_read(model_dir(tmp_path, 800), 938, has_evaluator=False)
     assert c.notes == ["the newest complete checkpoint is at step 800, short of max_steps 938"]

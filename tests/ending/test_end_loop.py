@@ -90,8 +90,8 @@ def test_the_evaluator_is_stopped_once_it_evaluated_the_final_checkpoint(tmp_pat
     model = Model(backend.clock, reached=5.0, evaluated_at=20.0)
     result, out = run(backend, model, tmp_path, evaluator="localhost")
     assert result.status == 0
-    assert "stopping evaluator:0: the evaluator evaluated step 600 (final: 600)" \
-        in out.getvalue()
+    assert "stopping evaluator:0: the final checkpoint (step 600) was evaluated (newest " \
+           "evaluation: step 600)" in out.getvalue()
     assert 20 <= result.duration < 20.2           # not the 300 s window
 
 

@@ -67,7 +67,7 @@ def test_input_for_ever_and_no_max_steps_in_the_script_ends_at_max_steps(tmp_pat
     stops = {tuple(e["tasks"]): e["reason"] for e in events if e["event"] == "stopping"}
     assert "still moving: the script ignores max_steps" in \
         stops[("chief:0", "worker:0", "worker:1")]
-    assert stops[("evaluator:0",)].startswith("the evaluator evaluated step ")
+    assert stops[("evaluator:0",)].startswith("the final checkpoint (step ")
     final = summary["final_step"]
     assert final >= 200 and summary["evaluated_step"] == final
     assert f"final checkpoint model.ckpt-{final}, {final - 200} steps past max_steps 200" \
@@ -117,3 +117,19 @@ def test_the_opt_in_runner_stops_an_unmodified_script_at_max_steps(tmp_path):
     chief = next(t for t in summary["tasks"] if t["task"] == "chief:0")
     assert chief["exit"] == 0 and not chief["stopped"]      # it stopped by itself
     assert 0 <= summary["steps_past_max_steps"] <= 9        # asynchronous overshoot only
+
+
+def test_tony_s_example_chief_evaluates_after_training_and_is_not_cut_short(tmp_path):
+    """TonY's example: --model_dir and --max_steps flags given the spec's ($(VAR)), a chief
+    that runs classifier.evaluate after train_and_evaluate (past max_steps, not training):
+    it ends by itself with 0; the final checkpoint is evaluated."""
+    command = [PY_TF215, str(THIRDPARTY / "tony_mnist_estimator.py"),
+               "--model_dir=$(TFCLUSTER_MODEL_DIR)", "--max_steps=$(TFCLUSTER_MAX_STEPS)"]
+    proc, summary, _ = launch(tmp_path, {
+        "evaluator": "localhost", "max_steps": 200, "command": command,
+        "env": {"EVAL_DELAY": "1", "EVAL_THROTTLE": "2", "SAVE_STEPS": "50"}})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    chief = next(t for t in summary["tasks"] if t["task"] == "chief:0")
+    assert chief["exit"] == 0 and not chief["stopped"]
+    assert summary["evaluation"] == "evaluated" and summary["evaluated_step"] >= 200
+
