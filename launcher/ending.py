@@ -18,9 +18,10 @@ tasks and of model_dir; it stops what the answer names and ends the job when it 
 2. Parameter servers never exit by themselves: stopped once no trainer runs or is about to
    be restarted.
 3. The evaluator's window opens when the last trainer ended. Once it has evaluated the
-   final checkpoint (max_steps when none was written) and is idle (quiet for
-   ``EVAL_QUIET`` s, or its last line says it waits for the next checkpoint; a final export
-   prints neither), it is stopped: a script whose TrainSpec has no max_steps would loop for
+   final checkpoint (max_steps when none was written) and is idle (its last line says it
+   waits for the next checkpoint, as TensorFlow's evaluator does; or quiet for
+   ``EVAL_QUIET`` s: an evaluation of the training data or a final export may follow), it
+   is stopped: a script whose TrainSpec has no max_steps would loop for
    ever. Otherwise it gets ``timeouts.evaluator`` from the window's opening, a restart
    included. (TensorFlow's own evaluator exits by itself once it evaluated a checkpoint at
    or past its max_steps; ``target_step`` is what counts as evaluated at the end.)
@@ -33,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 TRAINERS = ("chief", "master", "worker")
-EVAL_QUIET = 2.0          # s of silence after its final evaluation: the evaluator is idle
+EVAL_QUIET = 30.0         # s of silence after its final evaluation: the evaluator is idle
 # The last line TensorFlow's evaluator prints when it waits for a new checkpoint.
 IDLE_LINES = ("before starting next eval run", "No new checkpoint ready for evaluation")
 OVERSHOOT_PER_TRAINER = 3  # asynchronous updates past max_steps that are not "training on"

@@ -27,7 +27,7 @@ from launcher.events import EventLog
 from launcher.output.console import Console
 from launcher.output.progress import progress_line
 from orchestrator.coordinator import Coordinator, Progress
-from orchestrator.decisions import Decision, TaskState
+from orchestrator.decisions import FINISH, Decision, TaskState
 
 PROGRESS_EVERY = 5.0     # seconds between progress lines while something changes
 PROGRESS_QUIET = 30.0    # ... and while nothing does
@@ -93,15 +93,17 @@ class CoordinatorMonitor:
         if decision is None:
             return None
         if self._decided != (decision.action, decision.reason):
+            if decision.action == FINISH:
+                self._maybe_print(p, now, force=True)   # where training stands at its end
             self._decided = (decision.action, decision.reason)
             self.events.write("coordinator", action=decision.action, reason=decision.reason,
                               tasks=list(decision.tasks), step=p.step,
                               checkpoint=p.checkpoint.name if p.checkpoint else None)
         return decision
 
-    def _maybe_print(self, p: Progress, now: float) -> None:
+    def _maybe_print(self, p: Progress, now: float, force: bool = False) -> None:
         last, at = self._last_line
-        if now - at < self.progress_every:
+        if now - at < self.progress_every and not force:
             return
         line = progress_line(p, now - (self._started or now), self._restarts)
         if line != last or now - at >= PROGRESS_QUIET:

@@ -99,7 +99,7 @@ def test_the_evaluator_is_stopped_once_it_evaluated_the_final_checkpoint_and_is_
 
 
 def test_training_short_of_max_steps_makes_the_final_checkpoint_the_target():
-    idle = dict(TRAINED, evaluator_0={"running": True, "quiet_for": 10.0})
+    idle = dict(TRAINED, evaluator_0={"running": True, "quiet_for": EVAL_QUIET})
     view = TrainingView(600, final_step=300, evaluated_step=300)
     assert step(cluster(**idle), view, trainers_done_at=99.0).stop == ("evaluator:0",)
     assert step(cluster(**idle), TrainingView(None, final_step=300, evaluated_step=300),
@@ -107,7 +107,7 @@ def test_training_short_of_max_steps_makes_the_final_checkpoint_the_target():
 
 
 def test_the_evaluator_window_runs_from_the_end_of_the_trainers():
-    idle = dict(TRAINED, evaluator_0={"running": True, "quiet_for": 10.0})
+    idle = dict(TRAINED, evaluator_0={"running": True, "quiet_for": EVAL_QUIET})
     view = TrainingView(600, final_step=602, evaluated_step=None)
     assert step(cluster(**idle), view, now=999.0, trainers_done_at=100.0) == EndStep()
     s = step(cluster(**idle), view, now=1000.0, trainers_done_at=100.0)
