@@ -16,11 +16,12 @@ from launcher.errors import SpecError
 
 JOB_NAMES = ("chief", "master", "worker", "ps")
 ROLES = JOB_NAMES + ("evaluator",)
-BACKENDS = ("local", "ssh", "slurm", "kubernetes")
+BACKENDS = ("local", "ssh", "slurm", "kubernetes", "docker")
 TOP_LEVEL_KEYS = (
     "name", "cluster", "evaluator", "command", "model_dir", "max_steps", "epochs", "examples",
     "batch_size", "backend", "env", "workdir", "run_dir", "timeouts", "restart", "resources",
-    "check_storage", "ssh", "slurm", "kubernetes", "$schema", "description", "strategy",
+    "check_storage", "ssh", "slurm", "kubernetes", "docker", "$schema", "description",
+    "strategy",
 )
 # How the job trains: who reads training data and what one global step is.
 STRATEGIES = ("estimator", "parameter_server", "multi_worker_mirrored")
@@ -409,7 +410,7 @@ def validate(raw: Any, source: str | None = None) -> Spec:
             raise _fail("timeouts.poll", "must be greater than 0")
 
     backend_options = {}
-    for section in ("ssh", "slurm", "kubernetes"):
+    for section in ("ssh", "slurm", "kubernetes", "docker"):
         if section in spec_obj:
             backend_options[section] = expect_dict(spec_obj[section], section)
 

@@ -11,6 +11,7 @@ _MODULES = {
     "ssh": "launcher.backends.ssh",
     "slurm": "launcher.backends.slurm",
     "kubernetes": "launcher.backends.kubernetes",
+    "docker": "launcher.backends.docker",
 }
 
 

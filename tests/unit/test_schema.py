@@ -45,7 +45,7 @@ def test_schema_and_parser_both_refuse(doc):
         parse_spec(json.dumps(doc))
 
 
-@pytest.mark.parametrize("section", ["ssh", "slurm", "kubernetes"])
+@pytest.mark.parametrize("section", ["ssh", "slurm", "kubernetes", "docker"])
 def test_schema_lists_each_backend_sections_keys(section):
     from launcher.backends import backend_class
 
