@@ -13,15 +13,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from launcher.errors import SpecError
+from orchestrator.roles import JOB_NAMES, ROLES, TRAINERS, trainer_jobs
 
-JOB_NAMES = ("chief", "master", "worker", "ps")
-ROLES = JOB_NAMES + ("evaluator",)
-BACKENDS = ("local", "ssh", "slurm", "kubernetes", "docker")
+# Besides these, each registered backend's name is a key: its options (launcher/backends).
 TOP_LEVEL_KEYS = (
     "name", "cluster", "evaluator", "command", "model_dir", "max_steps", "epochs", "examples",
     "batch_size", "backend", "env", "workdir", "run_dir", "timeouts", "restart", "resources",
-    "check_storage", "ssh", "slurm", "kubernetes", "docker", "$schema", "description",
-    "strategy",
+    "check_storage", "$schema", "description", "strategy",
 )
 # How the job trains: who reads training data and what one global step is.
 STRATEGIES = ("estimator", "parameter_server", "multi_worker_mirrored")
@@ -87,9 +85,7 @@ class Spec:
     def trainers(self) -> list[tuple[str, int]]:
         """The tasks that read training data, in shard order: chief (or master), then workers.
         Under ParameterServerStrategy the chief only coordinates: the workers alone."""
-        jobs = ("worker",) if self.strategy == "parameter_server" else ("chief", "master",
-                                                                         "worker")
-        order = [j for j in jobs if j in self.cluster]
+        order = [j for j in trainer_jobs(self.strategy) if j in self.cluster]
         return [(j, i) for j in order for i in range(len(self.cluster[j]))]
 
     @property
@@ -97,6 +93,20 @@ class Spec:
         """Collective (MultiWorkerMirroredStrategy) training: one step is one batch on every
         trainer at once."""
         return self.strategy == "multi_worker_mirrored"
+
+
+def backend_names() -> tuple[str, ...]:
+    """The registered backends (each also names its options section)."""
+    from launcher.backends import names
+
+    return names()
+
+
+def resources_for(spec: Spec, role: str) -> dict[str, Any]:
+    """resources.default overlaid with resources.<role>."""
+    res = dict(spec.resources.get("default", {}))
+    res.update(spec.resources.get(role, {}))
+    return res
 
 
 def load_spec(path: str) -> Spec:
@@ -266,7 +276,7 @@ def _parse_cluster(raw: Any) -> dict[str, list[Address]]:
             raise _fail(f"cluster.{job}", f"at most one {job} task, got {len(out[job])}")
     if "master" in out and "chief" in out:
         raise _fail("cluster.master", "legacy 'master' cannot be used together with 'chief'")
-    if not any(j in out for j in ("chief", "master", "worker")):
+    if not any(j in out for j in TRAINERS):
         raise _fail("cluster", "needs a task that trains: chief, master or worker")
     return out
 
@@ -333,7 +343,8 @@ def _parse_resources(raw: Any) -> dict[str, dict[str, Any]]:
 def validate(raw: Any, source: str | None = None) -> Spec:
     """Validate a decoded JSON document; return a Spec."""
     spec_obj = expect_dict(raw, "spec")
-    check_keys(spec_obj, TOP_LEVEL_KEYS, "")
+    backends = backend_names()
+    check_keys(spec_obj, TOP_LEVEL_KEYS + backends, "")
     if "cluster" not in spec_obj:
         raise _fail("cluster", "is required (job name to a list of addresses)")
     cluster = _parse_cluster(spec_obj["cluster"])
@@ -376,10 +387,10 @@ def validate(raw: Any, source: str | None = None) -> Spec:
         batch_size = expect_int(spec_obj["batch_size"], "batch_size")
 
     backend = expect_str(spec_obj.get("backend", "local"), "backend")
-    if backend not in BACKENDS:
-        raise _fail("backend", f"unknown backend {backend!r} (allowed: {', '.join(BACKENDS)})")
+    if backend not in backends:
+        raise _fail("backend", f"unknown backend {backend!r} (allowed: {', '.join(backends)})")
 
-    n_trainers = sum(len(cluster.get(j, [])) for j in ("chief", "master", "worker"))
+    n_trainers = sum(len(cluster.get(j, [])) for j in TRAINERS)
     inferred = ("multi_worker_mirrored" if "ps" not in cluster and n_trainers > 1
                 else "estimator")
     strategy = expect_str(spec_obj.get("strategy", inferred), "strategy")
@@ -410,7 +421,7 @@ def validate(raw: Any, source: str | None = None) -> Spec:
             raise _fail("timeouts.poll", "must be greater than 0")
 
     backend_options = {}
-    for section in ("ssh", "slurm", "kubernetes", "docker"):
+    for section in backends:
         if section in spec_obj:
             backend_options[section] = expect_dict(spec_obj[section], section)
 

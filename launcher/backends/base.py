@@ -12,10 +12,11 @@ from __future__ import annotations
 import signal
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import IO, Any, ClassVar
+from typing import IO, TYPE_CHECKING, Any, ClassVar
 
-from launcher.spec import Spec
-from launcher.tf_config import JobPlan, TaskPlan
+if TYPE_CHECKING:
+    from launcher.plan import JobPlan, TaskPlan
+    from launcher.spec import Spec
 
 
 @dataclass
@@ -57,6 +58,11 @@ class Backend(ABC):
     """Start, poll, signal, stop tasks on one kind of infrastructure."""
 
     name: ClassVar[str]
+    # The spec section named like the backend: a dataclass of options declared with
+    # launcher.backends.options.option (None: the backend takes no options).
+    OPTIONS: ClassVar[type | None] = None
+    # Every task is a process of this machine (it sees the launcher's filesystem).
+    local_processes: ClassVar[bool] = False
 
     def __init__(self, spec: Spec, options: Any = None):
         self.spec = spec
@@ -64,9 +70,18 @@ class Backend(ABC):
 
     @classmethod
     def validate_options(cls, raw: dict[str, Any] | None, field: str) -> Any:
-        """Validate this backend's section of the spec (``ssh``, ``slurm``...); raise
-        SpecError naming the field. Default: the backend takes no options."""
-        return raw or {}
+        """This backend's section of the spec (``ssh``, ``slurm``...) as its ``OPTIONS``;
+        SpecError naming the field when it is wrong."""
+        if cls.OPTIONS is not None:
+            from launcher.backends.options import parse
+
+            return parse(cls.OPTIONS, raw, field)
+        if raw:
+            from launcher.errors import SpecError
+
+            raise SpecError(f"{field}.{next(iter(raw))}",
+                            f"unknown key: backend {cls.name!r} takes no options")
+        return {}
 
     def host_for(self, host: str) -> str:
         """The address tasks use to reach ``host`` (the local backend maps all to localhost)."""

@@ -36,15 +36,14 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from launcher.backends.base import Backend, ProbeResult, TaskHandle
-from launcher.backends.local import die_with_parent, free_port, port_taken
+from launcher.backends.options import option
 from launcher.errors import PreflightError, SpecError
-from launcher.spec import Spec, check_keys, expect_dict, expect_str
-from launcher.tf_config import JobPlan, TaskPlan
+from launcher.plan import JobPlan, TaskPlan
+from launcher.processes import die_with_parent, free_port, port_taken, task_environ
+from launcher.spec import Spec
 
-OPTION_KEYS = ("image", "volumes", "network", "docker")
 DEFAULT_IMAGE = "tfcluster:tf2.15"
 HOST_NETWORK = "host"
 TASK_PORT = 2222              # on a user-defined network every container has its own ports
@@ -74,27 +73,15 @@ class Mount:
         return ["--mount", spec + (",readonly" if self.read_only else "")]
 
 
-@dataclass(frozen=True)
-class DockerOptions:
-    """The spec's ``docker`` section."""
-
-    image: str = DEFAULT_IMAGE
-    volumes: tuple[Mount, ...] = ()
-    network: str = HOST_NETWORK
-    docker: str = "docker"        # the CLI
-
-
-def parse_mount(value: Any, where: str) -> Mount:
-    text = expect_str(value, where)
+def parse_mount(text: str, where: str) -> Mount:
+    """``SOURCE:TARGET[:ro|rw]``: SOURCE an absolute path here or a volume name."""
     parts = text.split(":")
-    mode = "rw"
-    if len(parts) == 3:
-        mode = parts.pop()
+    mode = parts.pop() if len(parts) == 3 else "rw"
     if len(parts) != 2 or mode not in ("ro", "rw"):
         raise SpecError(where, f"{text!r} must be SOURCE:TARGET or SOURCE:TARGET:ro")
     source, target = parts
-    if "," in text or any(c.isspace() for c in text):
-        raise SpecError(where, f"{text!r} must not contain ',' or spaces")
+    if "," in text:
+        raise SpecError(where, f"{text!r} must not contain ','")
     if not target.startswith("/"):
         raise SpecError(where, f"target {target!r} must be an absolute path in the container")
     if not source.startswith("/") and not _NAME.match(source):
@@ -103,29 +90,34 @@ def parse_mount(value: Any, where: str) -> Mount:
     return Mount(source, target, mode == "ro")
 
 
-def parse_options(raw: dict[str, Any] | None, where: str = "docker") -> DockerOptions:
-    section = expect_dict(raw if raw is not None else {}, where)
-    check_keys(section, OPTION_KEYS, where)
-    kw: dict[str, Any] = {}
-    for key in ("image", "network", "docker"):
-        if key in section:
-            value = expect_str(section[key], f"{where}.{key}")
-            if any(c.isspace() for c in value) or value.startswith("-"):
-                raise SpecError(f"{where}.{key}", f"{value!r} must be one word, not an option")
-            kw[key] = value
-    if "network" in kw and not _NAME.match(kw["network"]):
-        raise SpecError(f"{where}.network", f"{kw['network']!r} is not a network name")
-    if "volumes" in section:
-        items = section["volumes"]
-        if not isinstance(items, list):
-            raise SpecError(f"{where}.volumes", "must be a list of 'SOURCE:TARGET[:ro]'")
-        mounts = tuple(parse_mount(v, f"{where}.volumes[{i}]") for i, v in enumerate(items))
-        targets = [m.target.rstrip("/") for m in mounts]
-        for i, target in enumerate(targets):
-            if target in targets[:i]:
-                raise SpecError(f"{where}.volumes[{i}]", f"target {target!r} is mounted twice")
-        kw["volumes"] = mounts
-    return DockerOptions(**kw)
+def _mounts(values: list[str], where: str) -> tuple[Mount, ...]:
+    mounts = tuple(parse_mount(v, f"{where}[{i}]") for i, v in enumerate(values))
+    targets = [m.target.rstrip("/") for m in mounts]
+    for i, target in enumerate(targets):
+        if target in targets[:i]:
+            raise SpecError(f"{where}[{i}]", f"target {target!r} is mounted twice")
+    return mounts
+
+
+def _network(value: str, where: str) -> str:
+    if not _NAME.match(value):
+        raise SpecError(where, f"{value!r} is not a network name")
+    return value
+
+
+@dataclass(frozen=True)
+class DockerOptions:
+    """The spec's ``docker`` section."""
+
+    image: str = option(DEFAULT_IMAGE, "word", doc="every task's image (docker/Dockerfile)")
+    volumes: tuple[Mount, ...] = option(
+        (), "names", check=_mounts,
+        doc="SOURCE:TARGET[:ro] mounted into every task: an absolute SOURCE is a folder "
+            "here (a bind mount), any other a named volume")
+    network: str = option(HOST_NETWORK, "word", check=_network,
+                          doc="'host', or a user-defined network (made for the run when "
+                              "missing): tasks reach each other by their host names")
+    docker: str = option("docker", "word", doc="the docker CLI")
 
 
 def exit_status(code: int) -> int:
@@ -170,6 +162,7 @@ class DockerBackend(Backend):
     """Runs each task as a container on the local Docker engine."""
 
     name = "docker"
+    OPTIONS = DockerOptions
     options: DockerOptions
 
     def __init__(self, spec: Spec, options: DockerOptions | None = None):
@@ -181,10 +174,6 @@ class DockerBackend(Backend):
         self._reaper_pipe = -1
         self._started: set[str] = set()
         self._lock = threading.Lock()
-
-    @classmethod
-    def validate_options(cls, raw: dict[str, Any] | None, field: str) -> DockerOptions:
-        return parse_options(raw, field)
 
     @property
     def host_network(self) -> bool:
@@ -217,25 +206,19 @@ class DockerBackend(Backend):
             out += mount.argv()
         if task.cwd:
             out += ["--workdir", task.cwd]
-        out += self._resources(task.type)
+        out += self._resources(task)
         for key in task.env:
             out += ["--env", key]
         return out + [self.options.image, *(argv if argv is not None else task.command)]
 
-    def _resources(self, role: str) -> list[str]:
-        res = dict(self.spec.resources.get("default", {}))
-        res.update(self.spec.resources.get(role, {}))
+    @staticmethod
+    def _resources(task: TaskPlan) -> list[str]:
         out = []
-        if res.get("cpus"):
-            out += ["--cpus", str(res["cpus"])]
-        if res.get("memory"):
-            out += ["--memory", res["memory"].rstrip("i").lower()]
+        if task.resources.get("cpus"):
+            out += ["--cpus", str(task.resources["cpus"])]
+        if task.resources.get("memory"):        # '4G', '2Gi' -> '4g', '2g'
+            out += ["--memory", task.resources["memory"].rstrip("i").lower()]
         return out
-
-    def _client_env(self, task: TaskPlan) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(task.env)
-        return env
 
     # ------------------------------------------------------------------ the interface
     def host_for(self, host: str) -> str:
@@ -292,7 +275,7 @@ class DockerBackend(Backend):
         name = self.container_name(task, "probe-")
         command = self.run_argv(task, argv, kind="probe-")
         try:
-            done = subprocess.run(command, env=self._client_env(task), stdin=subprocess.DEVNULL,
+            done = subprocess.run(command, env=task_environ(task), stdin=subprocess.DEVNULL,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                   timeout=timeout, start_new_session=True,
                                   preexec_fn=die_with_parent)
@@ -312,7 +295,7 @@ class DockerBackend(Backend):
         if again:       # a restart: the old container may still be being removed
             self.call("rm", "-f", name)
         proc = subprocess.Popen(
-            self.run_argv(task), env=self._client_env(task), stdin=subprocess.DEVNULL,
+            self.run_argv(task), env=task_environ(task), stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
             preexec_fn=die_with_parent)
         return DockerHandle(task, proc, name, self)

@@ -25,25 +25,19 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from launcher.backends.base import Backend, ProbeResult, TaskHandle
+from launcher.backends.options import option
 from launcher.errors import PreflightError, SpecError
+from launcher.plan import JobPlan, TaskPlan
 from launcher.redact import redact_env
 from launcher.spec import (
     Address,
     Spec,
-    check_keys,
-    expect_dict,
-    expect_int,
-    expect_str,
 )
-from launcher.tf_config import JobPlan, TaskPlan
 
-OPTION_KEYS = ("image", "namespace", "mode", "service_account", "image_pull_policy", "port",
-               "context", "kubectl", "node_selector", "image_pull_secrets", "env_from_secrets",
-               "ttl_seconds_after_finished")
 MODES = ("tfjob", "plain")
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 CONTAINER = "tensorflow"          # the operator's default container name
@@ -58,22 +52,44 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 POLL_EVERY = 1.0                  # seconds between `kubectl get pods` calls
 
 
-@dataclass
+def _no_spaces(value: str, where: str) -> str:
+    if any(c.isspace() for c in value):
+        raise SpecError(where, f"{value!r} must not contain spaces")
+    return value
+
+
+def _dns_label(value: str, where: str) -> str:
+    if not _DNS_LABEL.match(value) or len(value) > 63:
+        raise SpecError(where, f"{value!r} is not a valid Kubernetes name (lower case "
+                               "letters, digits, '-')")
+    return value
+
+
+def _object_names(values: list[str], where: str) -> list[str]:
+    for i, value in enumerate(values):
+        if not _DNS_LABEL.match(value):
+            raise SpecError(f"{where}[{i}]", f"{value!r} is not a Kubernetes object name")
+    return values
+
+
+@dataclass(frozen=True)
 class KubernetesOptions:
     """The spec's ``kubernetes`` section."""
 
-    image: str = "tfcluster:tf2.15"
-    namespace: str = "default"
-    mode: str = "tfjob"
-    service_account: str | None = None
-    image_pull_policy: str = "IfNotPresent"
-    port: int = 2222
-    context: str | None = None
-    kubectl: str = "kubectl"
-    node_selector: dict[str, str] = field(default_factory=dict)
-    image_pull_secrets: list[str] = field(default_factory=list)
-    env_from_secrets: list[str] = field(default_factory=list)
-    ttl_seconds_after_finished: int = 3600
+    image: str = option("tfcluster:tf2.15", "str", check=_no_spaces, doc="every pod's image")
+    namespace: str = option("default", "str", check=_dns_label)
+    mode: str = option("tfjob", "choice", choices=MODES,
+                       doc="tfjob (Kubeflow's TFJob) or plain (indexed Jobs and Services)")
+    service_account: str | None = option(None, "str", check=_dns_label)
+    image_pull_policy: str = option("IfNotPresent", "choice", choices=PULL_POLICIES)
+    port: int = option(2222, "int", maximum=65535, doc="every task's port")
+    context: str | None = option(None, "str", check=_no_spaces, doc="kubectl context")
+    kubectl: str = option("kubectl", "str", check=_no_spaces, doc="the kubectl program")
+    node_selector: dict[str, str] = option({}, "map")
+    image_pull_secrets: list[str] = option([], "names", check=_object_names)
+    env_from_secrets: list[str] = option([], "names", check=_object_names)
+    ttl_seconds_after_finished: int = option(3600, "int", minimum=0)
+
 
 
 def k8s_name(text: str) -> str:
@@ -87,22 +103,11 @@ def quantity(memory: str) -> str:
     return memory[:-1] + "k" if memory.endswith("K") else memory
 
 
-def _names(items: Any, where: str) -> list[str]:
-    if not isinstance(items, list):
-        raise SpecError(where, "must be a list of names")
-    out = []
-    for i, item in enumerate(items):
-        value = expect_str(item, f"{where}[{i}]")
-        if not _DNS_LABEL.match(value):
-            raise SpecError(f"{where}[{i}]", f"{value!r} is not a Kubernetes object name")
-        out.append(value)
-    return out
-
-
 class KubernetesBackend(Backend):
     """Renders a TFJob (or plain Jobs and Services) and runs it through kubectl."""
 
     name = "kubernetes"
+    OPTIONS = KubernetesOptions
     options: KubernetesOptions
 
     def __init__(self, spec: Spec, options: KubernetesOptions | None = None):
@@ -122,52 +127,6 @@ class KubernetesBackend(Backend):
         self.handles: list[KubernetesHandle] = []
 
     # ------------------------------------------------------------------ spec
-    @classmethod
-    def validate_options(cls, raw: dict[str, Any] | None, field: str) -> KubernetesOptions:
-        raw = expect_dict(raw or {}, field)
-        check_keys(raw, OPTION_KEYS, field)
-        o = KubernetesOptions()
-        for key in ("image", "context", "kubectl"):
-            if key in raw:
-                value = expect_str(raw[key], f"{field}.{key}")
-                if any(c.isspace() for c in value):
-                    raise SpecError(f"{field}.{key}", f"{value!r} must not contain spaces")
-                setattr(o, key, value)
-        for key in ("namespace", "service_account"):
-            if key in raw:
-                value = expect_str(raw[key], f"{field}.{key}")
-                if not _DNS_LABEL.match(value) or len(value) > 63:
-                    raise SpecError(f"{field}.{key}", f"{value!r} is not a valid Kubernetes "
-                                                      "name (lower case letters, digits, '-')")
-                setattr(o, key, value)
-        if "mode" in raw:
-            o.mode = expect_str(raw["mode"], f"{field}.mode")
-            if o.mode not in MODES:
-                raise SpecError(f"{field}.mode", f"must be one of {', '.join(MODES)}, got "
-                                                 f"{o.mode!r}")
-        if "image_pull_policy" in raw:
-            o.image_pull_policy = expect_str(raw["image_pull_policy"],
-                                             f"{field}.image_pull_policy")
-            if o.image_pull_policy not in PULL_POLICIES:
-                raise SpecError(f"{field}.image_pull_policy",
-                                f"must be one of {', '.join(PULL_POLICIES)}, got "
-                                f"{o.image_pull_policy!r}")
-        if "port" in raw:
-            o.port = expect_int(raw["port"], f"{field}.port")
-            if o.port > 65535:
-                raise SpecError(f"{field}.port", f"{o.port} is outside 1-65535")
-        if "ttl_seconds_after_finished" in raw:
-            o.ttl_seconds_after_finished = expect_int(raw["ttl_seconds_after_finished"],
-                                                      f"{field}.ttl_seconds_after_finished", 0)
-        if "node_selector" in raw:
-            sel = expect_dict(raw["node_selector"], f"{field}.node_selector")
-            o.node_selector = {k: expect_str(v, f"{field}.node_selector.{k}", True)
-                               for k, v in sel.items()}
-        for key in ("image_pull_secrets", "env_from_secrets"):
-            if key in raw:
-                setattr(o, key, _names(raw[key], f"{field}.{key}"))
-        return o
-
     def _check_name_lengths(self) -> None:
         longest = max(len(self.spec.cluster[j]) for j in self.spec.cluster)
         worst = f"{self.job}-evaluator-{longest - 1}"
@@ -507,6 +466,7 @@ class KubernetesHandle(TaskHandle):
 def render_yaml(objects: list[dict]) -> str:
     """YAML documents (``---`` between them); JSON when PyYAML is not installed (kubectl
     reads both)."""
+
     try:
         import yaml
     except ImportError:

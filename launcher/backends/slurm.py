@@ -19,25 +19,20 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from launcher.backends.base import Backend, ProbeResult, TaskHandle
-from launcher.backends.local import LocalHandle, die_with_parent, free_port, task_environ
+from launcher.backends.options import option
 from launcher.errors import PreflightError, SpecError
+from launcher.plan import JobPlan, TaskPlan
+from launcher.processes import ProcessHandle, die_with_parent, free_port, task_environ
 from launcher.spec import (
     ROLES,
     Spec,
-    check_keys,
-    expect_argv,
-    expect_dict,
-    expect_number,
-    expect_str,
+    resources_for,
 )
-from launcher.tf_config import START_ORDER, JobPlan, TaskPlan
+from orchestrator.roles import in_start_order
 
-OPTION_KEYS = ("partition", "account", "qos", "time", "nodelist", "constraint",
-               "allocation_timeout", "salloc_args", "srun_args")
 LIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "RESIZING",
                "REQUEUED", "SIGNALING", "STAGE_OUT")
 GRANTED = re.compile(r"job allocation (\d+)")
@@ -48,19 +43,21 @@ SIGNAL_EXITS = {128 + s: -s for s in (signal.SIGHUP, signal.SIGINT, signal.SIGQU
 _UNITS_MB = {"": 1, "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
 
 
-@dataclass
+@dataclass(frozen=True)
 class SlurmOptions:
     """The spec's ``slurm`` section."""
 
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
-    time: str | None = None
-    nodelist: str | None = None
-    constraint: str | None = None
-    allocation_timeout: float | None = None   # seconds to wait for the allocation
-    salloc_args: list[str] = field(default_factory=list)
-    srun_args: list[str] = field(default_factory=list)
+    partition: str | None = option(None, "word", doc="the allocation's partition")
+    account: str | None = option(None, "word", doc="account to charge")
+    qos: str | None = option(None, "word", doc="quality of service")
+    time: str | None = option(None, "word", doc="time limit of the allocation")
+    nodelist: str | None = option(None, "word", doc="nodes to run on")
+    constraint: str | None = option(None, "word", doc="node features required")
+    allocation_timeout: float | None = option(None, "number", minimum=1,
+                                              doc="seconds to wait for the allocation")
+    salloc_args: list[str] = option([], "args", doc="more salloc options (--name=value)")
+    srun_args: list[str] = option([], "args", doc="more srun options (--name=value)")
+
 
 
 def memory_mb(text: str) -> int:
@@ -71,20 +68,9 @@ def memory_mb(text: str) -> int:
     return max(1, int(float(m.group(1)) * _UNITS_MB[m.group(2)]))
 
 
-def role_resources(spec: Spec, role: str) -> dict[str, Any]:
-    """resources.default overlaid with resources.<role>."""
-    res = dict(spec.resources.get("default", {}))
-    res.update(spec.resources.get(role, {}))
-    return res
-
-
 def _roles(spec: Spec) -> list[tuple[str, int, str]]:
     """(type, index, spec host) of every task, in the plan's start order."""
-    out = [(job, i, a.host) for job in START_ORDER if job in spec.cluster
-           for i, a in enumerate(spec.cluster[job])]
-    if spec.evaluator is not None:
-        out.append(("evaluator", 0, spec.evaluator.host))
-    return out
+    return [(job, i, a.host) for job, i, a in in_start_order(spec.cluster, spec.evaluator)]
 
 
 def slurm_env() -> dict[str, str]:
@@ -116,7 +102,7 @@ def job_state(job_id: str) -> str:
     return m.group(1) if m else "GONE"
 
 
-class SlurmHandle(LocalHandle):
+class SlurmHandle(ProcessHandle):
     """An ``srun`` child of the launcher (in its own process group) running one task as a
     job step."""
 
@@ -155,6 +141,7 @@ class SlurmBackend(Backend):
     """One allocation (``salloc --no-shell``); each task an ``srun`` job step on its node."""
 
     name = "slurm"
+    OPTIONS = SlurmOptions
     options: SlurmOptions
 
     def __init__(self, spec: Spec, options: SlurmOptions | None = None):
@@ -171,31 +158,6 @@ class SlurmBackend(Backend):
         self._check_allocation_level()
 
     # ------------------------------------------------------------------ spec
-    @classmethod
-    def validate_options(cls, raw: dict[str, Any] | None, field: str) -> SlurmOptions:
-        raw = expect_dict(raw or {}, field)
-        check_keys(raw, OPTION_KEYS, field)
-        opts = SlurmOptions()
-        for key in ("partition", "account", "qos", "time", "nodelist", "constraint"):
-            if key in raw:
-                value = expect_str(raw[key], f"{field}.{key}")
-                if value.startswith("-") or any(c.isspace() for c in value):
-                    raise SpecError(f"{field}.{key}", f"{value!r} must be one word that does "
-                                                      "not start with '-'")
-                setattr(opts, key, value)
-        if "allocation_timeout" in raw:
-            opts.allocation_timeout = expect_number(raw["allocation_timeout"],
-                                                    f"{field}.allocation_timeout", minimum=1)
-        for key in ("salloc_args", "srun_args"):
-            if key in raw:
-                args = expect_argv(raw[key], f"{field}.{key}")
-                for i, arg in enumerate(args):
-                    if not arg.startswith("-"):
-                        raise SpecError(f"{field}.{key}[{i}]", f"{arg!r} is not an option: "
-                                        "write each as --name=value")
-                setattr(opts, key, args)
-        return opts
-
     def _check_allocation_level(self) -> None:
         """One allocation has one partition and one time limit: a role may not differ."""
         for key in ("partition", "time"):
@@ -218,7 +180,7 @@ class SlurmBackend(Backend):
         per_label: dict[str, dict[str, int]] = {h: {"cpus": 0, "mem": 0, "gpus": 0}
                                                 for h in self.labels}
         for (role, _), label in self.label_of.items():
-            res = role_resources(self.spec, role)
+            res = resources_for(self.spec, role)
             per_label[label]["cpus"] += res.get("cpus", 1)
             per_label[label]["gpus"] += res.get("gpus", 0)
             if "memory" in res:
@@ -246,7 +208,7 @@ class SlurmBackend(Backend):
         return argv + list(o.salloc_args)
 
     def srun_argv(self, task: TaskPlan, job_id: str, node: str) -> list[str]:
-        res = role_resources(self.spec, task.type)
+        res = resources_for(self.spec, task.type)
         argv = ["srun", f"--jobid={job_id}", f"--nodelist={node}", "--nodes=1", "--ntasks=1",
                 "--overlap", f"--job-name={task.type}-{task.index}",
                 f"--cpus-per-task={res.get('cpus', 1) or 1}", "--export=ALL",
@@ -388,6 +350,7 @@ class SlurmBackend(Backend):
 
     def close(self, wait: float = 60.0) -> None:
         """Cancel the allocation (every step with it) and wait until Slurm lets it go."""
+
         for handle in self.handles:
             if handle.proc.poll() is None:
                 handle.kill()

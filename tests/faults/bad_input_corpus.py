@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from launcher.spec import TOP_LEVEL_KEYS
+from launcher.spec import TOP_LEVEL_KEYS, backend_names
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class Path:
 
 
 DROP = object()
-TOP_KEYS = ", ".join(sorted(TOP_LEVEL_KEYS))    # the list grows with the spec
+TOP_KEYS = ", ".join(sorted(TOP_LEVEL_KEYS + backend_names()))    # the list grows with the spec
 E = "launch: error: {spec}: "
 
 CASES: list[tuple[str, object, list[str], str]] = [
