@@ -12,10 +12,11 @@ SSH_IMAGE = "tfcluster-ssh:tf2.15"
 BUILD_TIMES: dict[str, float] = {}
 
 
-def run_in(engine: DockerEngine, image: str, *argv: str,
+def run_in(engine: DockerEngine, image: str, *argv: str, workdir: str | None = None,
            timeout: float = 120) -> subprocess.CompletedProcess:
     """``docker run --rm IMAGE ARGV...`` on the test engine; stdout and stderr as text."""
-    done = engine.docker("run", "--rm", "--init", "--network", "host", image, *argv,
+    where = ["--workdir", workdir] if workdir else []
+    done = engine.docker("run", "--rm", "--init", "--network", "host", *where, image, *argv,
                          check=False, timeout=timeout)
     return subprocess.CompletedProcess(done.args, done.returncode,
                                        done.stdout.decode(errors="replace"),

@@ -140,26 +140,33 @@ def test_a_user_network_is_made_for_the_run_and_removed(engine, image, tmp_path)
     """Tasks reach each other by their host names in the spec; the network goes away."""
     shared = tmp_path / "shared"
     shared.mkdir()
-    probe = ("import json, os, socket, time\n"
+    probe = ("import json, os, socket, sys, time\n"
              "cfg = json.loads(os.environ['TF_CONFIG'])\n"
              "if cfg['task']['type'] == 'ps':\n"
              "    time.sleep(3600)\n"
              "for addr in sum(cfg['cluster'].values(), []):\n"
              "    print(addr, socket.gethostbyname(addr.rsplit(':', 1)[0]))\n"
-             "print('me', socket.gethostname())\n")
+             "print('me', socket.gethostname())\n"
+             "done = os.path.join(sys.argv[1], 'worker-done')\n"
+             "if cfg['task']['type'] == 'worker':\n"
+             "    open(done, 'w').close()\n"
+             "while not os.path.exists(done):\n"      # the chief stays (its name resolves)
+             "    time.sleep(0.1)\n")
     spec = write_spec(tmp_path, {
         "name": "net", "cluster": {"chief": ["chief"], "worker": ["worker-0"], "ps": ["ps-0"]},
-        "command": ["python", "-c", probe], "model_dir": str(shared / "model"),
+        "command": ["python", "-c", probe, str(shared)], "model_dir": str(shared / "model"),
         "max_steps": 10, "backend": "docker", "timeouts": {"kill": 5},
         "docker": {"image": IMAGE, "network": "tfc-test-net",
                    "volumes": [f"{shared}:{shared}"]}})
     run_dir = tmp_path / "run"
     done = run_launch(spec, "--run-dir", str(run_dir), timeout=180)
     assert done.returncode == 0, done.stderr
-    log = (run_dir / "logs" / "chief-0.log").read_text()
-    assert "me chief" in log
-    for name in ("chief:2222", "worker-0:2222", "ps-0:2222"):
-        assert f"{name} 172." in log or f"{name} 10." in log or f"{name} 192.168." in log
+    for task, host in (("chief-0", "chief"), ("worker-0", "worker-0")):
+        log = (run_dir / "logs" / f"{task}.log").read_text().split("\n")
+        assert f"me {host}" in log
+        addresses = {line.split()[0]: line.split()[1] for line in log if ":2222 " in line}
+        assert sorted(addresses) == ["chief:2222", "ps-0:2222", "worker-0:2222"]
+        assert len(set(addresses.values())) == 3      # a container, an address each
     assert engine.networks(label=RUN_LABEL) == []
     assert "tfc-test-net" not in engine.lines("network", "ls", "--format", "{{.Name}}")
 
