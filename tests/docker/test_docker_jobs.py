@@ -99,7 +99,7 @@ def test_model_dir_private_to_each_container_is_refused_before_training(engine, 
 
 def test_a_killed_container_is_restarted_by_the_restart_policy(engine, image, tmp_path):
     spec, model_dir = shared_spec(
-        tmp_path, max_steps=1500,
+        tmp_path, max_steps=800,
         restart={"worker": {"policy": "on-failure", "max_restarts": 2, "backoff": 0.5}})
     run_dir = tmp_path / "run"
     with launched(spec, "--run-dir", str(run_dir), "--quiet") as proc:
@@ -118,7 +118,7 @@ def test_a_killed_container_is_restarted_by_the_restart_policy(engine, image, tm
     assert [e["restarts"] for e in starts] == [0, 1]
     rows = {r["task"]: r for r in json.loads((run_dir / "summary.json").read_text())["tasks"]}
     assert rows["worker:1"]["restarts"] == 1
-    assert checkpoint_step(model_dir) >= 1500
+    assert checkpoint_step(model_dir) >= 800
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])

@@ -39,6 +39,7 @@ SUITE = "bookworm"
 BASE_IMAGE = f"tfcluster-base:{SUITE}"
 BASE_PACKAGES = "python3,python3-venv,ca-certificates"
 DRIVERS = ("overlay2", "vfs")
+PREFIX = "tfcd"             # engine folders: /tmp/tfcd-<creator pid>-<token>
 
 
 def docker_cli() -> str | None:
@@ -236,13 +237,34 @@ def _start(root: Path, driver: str, cli: str, timeout: float = 60) -> DockerEngi
     raise RuntimeError(f"dockerd did not answer within {timeout:.0f}s: {log.read_text()[-500:]}")
 
 
+def sweep_stale(base: Path) -> None:
+    """Engines left by a test session that was killed: ``tfcd-<creator pid>-<token>`` whose
+    creator is gone. Their dockerd (and its containerd) is ended by pid, their folder
+    removed."""
+    for root in base.glob(f"{PREFIX}-*-*"):
+        creator = root.name.split("-")[1]
+        if not creator.isdigit() or psutil.pid_exists(int(creator)):
+            continue
+        try:
+            pid = int((root / "docker.pid").read_text())
+            children = [c.pid for c in psutil.Process(pid).children(recursive=True)]
+        except (OSError, ValueError, psutil.NoSuchProcess):
+            pid, children = 0, []
+        for one in ([pid] if pid else []) + children:
+            _end(one, grace=20)
+        _unmount_under(root)
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def start_engine(workdir: str | os.PathLike | None = None) -> DockerEngine:
     """A private dockerd: overlay2 if it works here, else vfs. The exec root (and its
     sockets) lives in a short path under /tmp."""
     cli = docker_cli()
     if cli is None:
         raise RuntimeError("no docker client")
-    root = Path(workdir or "/tmp") / f"tfcd-{secrets.token_hex(3)}"
+    base = Path(workdir or "/tmp")
+    sweep_stale(base)
+    root = base / f"{PREFIX}-{os.getpid()}-{secrets.token_hex(3)}"
     errors = []
     for driver in DRIVERS:
         try:
