@@ -147,10 +147,10 @@ def test_a_user_network_is_made_for_the_run_and_removed(engine, image, tmp_path)
              "for addr in sum(cfg['cluster'].values(), []):\n"
              "    print(addr, socket.gethostbyname(addr.rsplit(':', 1)[0]))\n"
              "print('me', socket.gethostname())\n"
-             "done = os.path.join(sys.argv[1], 'worker-done')\n"
-             "if cfg['task']['type'] == 'worker':\n"
-             "    open(done, 'w').close()\n"
-             "while not os.path.exists(done):\n"      # the chief stays (its name resolves)
+             "open(os.path.join(sys.argv[1], cfg['task']['type']), 'w').close()\n"
+             # each stays until both resolved every name (a container gone takes its name)
+             "while not all(os.path.exists(os.path.join(sys.argv[1], t))\n"
+             "              for t in ('chief', 'worker')):\n"
              "    time.sleep(0.1)\n")
     spec = write_spec(tmp_path, {
         "name": "net", "cluster": {"chief": ["chief"], "worker": ["worker-0"], "ps": ["ps-0"]},
