@@ -30,6 +30,7 @@ TIMEOUT_DEFAULTS = {
     "evaluator": 120.0,  # after training ended: time for the evaluator's last evaluation
     "kill": 5.0,        # SIGTERM to SIGKILL
     "poll": 1.0,        # how often the coordinator looks at model_dir
+    "job": 0.0,         # the whole job's deadline (0: none); then the ordered teardown
 }
 RESTART_POLICIES = ("never", "on-failure", "always")
 RESOURCE_KEYS = ("cpus", "memory", "gpus", "partition", "time")

@@ -63,6 +63,12 @@ class Backend(ABC):
     OPTIONS: ClassVar[type | None] = None
     # Every task is a process of this machine (it sees the launcher's filesystem).
     local_processes: ClassVar[bool] = False
+    # True when the launcher runs inside the engine's job (a detached Slurm run's batch
+    # script): ``prepare`` adopts that job, ``close`` leaves it to end with the script.
+    inside_job: bool = False
+    # True when ``--detach`` hands the whole job to the engine (``submit``); False: the
+    # launcher goes on as a daemon on this machine.
+    detached_by_engine: ClassVar[bool] = False
 
     def __init__(self, spec: Spec, options: Any = None):
         self.spec = spec
@@ -113,3 +119,28 @@ class Backend(ABC):
 
     def close(self) -> None:
         """Release whatever the backend holds (connections, allocations)."""
+
+    # ------------------------------------------------------------------ detached runs
+    def run_handle(self) -> dict[str, Any]:
+        """What names this run in the engine (``{"slurm_job": "12"}``), kept in the run's
+        state so that ``launch status`` and ``launch cancel`` find it."""
+        return {}
+
+    def requeued(self) -> bool:
+        """After the launcher was interrupted: the engine will run this job again (a
+        requeued Slurm batch job), so the run is queued, not cancelled."""
+        return False
+
+    def attempt(self) -> int:
+        """How many times this run was started before in the same run directory (a
+        requeued Slurm job): TFCLUSTER_RESTART_COUNT of every task."""
+        return 0
+
+    def submit(self, plan: JobPlan, run_dir: str, relaunch: list[str]) -> dict[str, Any]:
+        """``--detach`` when ``detached_by_engine``: submit the job (``relaunch`` is the
+        launcher's command line for inside the engine's job); return its handle."""
+        raise NotImplementedError(f"backend {self.name} runs detached jobs as a daemon")
+
+    def describe_detached(self, plan: JobPlan, run_dir: str, relaunch: list[str]) -> str | None:
+        """What ``--detach --dry-run`` prints besides the task list (the batch script)."""
+        return self.describe(plan)

@@ -51,7 +51,7 @@ CASES: list[tuple[str, object, list[str], str]] = [
     ("typo-top-level", {"max_step": 10}, [],
      E + "max_step: unknown key (allowed: " + TOP_KEYS + ")"),
     ("typo-timeouts", {"timeouts": {"stal": 10}}, [],
-     E + "timeouts.stal: unknown key (allowed: evaluator, finish, kill, poll, stall, start)"),
+     E + "timeouts.stal: unknown key (allowed: evaluator, finish, job, kill, poll, stall, start)"),
     ("typo-restart-role", {"restart": {"workers": "never"}}, [],
      E + "restart.workers: unknown key (allowed: chief, evaluator, master, ps, worker)"),
     ("typo-restart-field", {"restart": {"ps": {"policy": "always", "retries": 2}}}, [],
@@ -200,4 +200,29 @@ CASES: list[tuple[str, object, list[str], str]] = [
      "(NotADirectoryError: [Errno 20] Not a directory: '{tmp}/a-file/model')"),
     ("deeply-nested-json", Raw('{"cluster": ' + "[" * 100000), [],
      E + "invalid JSON: lists or objects nested too deeply"),
+]
+
+# Commands that follow runs: (id, run directory to set up, argv, expected). The run root is
+# {tmp}/runs, holding ``ok-run`` (a run of this version) and ``old-run`` (a run directory
+# written by another version of tfcluster); nothing is written or stopped.
+OLD = ("launch: error: {tmp}/runs/old-run was written by another version of tfcluster "
+       "(state version 0, this launch reads version 1)")
+UNKNOWN = ("launch: error: no run 'nosuch' under {tmp}/runs (`launch list` shows the runs; "
+           "give --root for another run root)")
+RUN_CASES: list[tuple[str, list[str], str]] = [
+    ("status-unknown-run", ["status", "nosuch"], UNKNOWN),
+    ("logs-unknown-run", ["logs", "nosuch", "-f"], UNKNOWN),
+    ("cancel-unknown-run", ["cancel", "nosuch"], UNKNOWN),
+    ("status-other-version", ["status", "old-run"], OLD),
+    ("logs-other-version", ["logs", "{tmp}/runs/old-run"], OLD),
+    ("cancel-other-version", ["cancel", "old-run"], OLD),
+    ("logs-unknown-task", ["logs", "ok-run", "chief:7"],
+     "launch: error: run ok-run has no task 'chief:7' (tasks: chief:0, launcher)"),
+    ("status-ambiguous-prefix", ["status", "o"],
+     "launch: error: run id 'o' is ambiguous under {tmp}/runs: ok-run, old-run"),
+    ("status-not-a-run-dir", ["status", "{tmp}/runs/ok-run/logs"],
+     "launch: error: {tmp}/runs/ok-run/logs is not a run directory (no state.json)"),
+    ("status-other-root", ["status", "ok-run", "--root", "{tmp}/elsewhere"],
+     "launch: error: no run 'ok-run' under {tmp}/elsewhere (`launch list` shows the runs; "
+     "give --root for another run root)"),
 ]

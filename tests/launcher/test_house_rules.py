@@ -11,7 +11,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from scripted_backend import scripted_registered
 from support import REPO
+
+
+@pytest.fixture(autouse=True)
+def scripted_backend_registered():
+    with scripted_registered():
+        yield
+
 
 BACKENDS = ["launcher.backends.local", "launcher.backends.ssh", "launcher.backends.slurm",
             "launcher.backends.kubernetes"]

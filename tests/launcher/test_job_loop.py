@@ -7,9 +7,16 @@ from __future__ import annotations
 import signal
 
 import pytest
-from scripted_backend import Script, ScriptedBackend, run_job
+from scripted_backend import Script, ScriptedBackend, run_job, scripted_registered
 
 from launcher.job import PortConflict
+
+
+@pytest.fixture(autouse=True)
+def scripted_backend_registered():
+    with scripted_registered():
+        yield
+
 
 CLUSTER = {"chief": 1, "worker": 2, "ps": 1}
 TIMEOUTS = {"finish": 10, "evaluator": 40, "kill": 3, "poll": 1}
