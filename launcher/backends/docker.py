@@ -15,10 +15,10 @@ name is a user-defined network (made for the run when it does not exist, removed
 every task is reachable by its host name in the spec (a network alias), on port 2222
 unless the spec gives one, so each task needs a host of its own there.
 
-model_dir: a bind mount from ``volumes`` at the same path in the containers as on this
-machine (the launcher watches it there), a named volume, or an fsspec URL (``s3://``). The
-shared-storage check runs its probes as containers with the tasks' mounts, so a model_dir
-private to each container is refused before anything starts.
+model_dir: a path in the containers under one of ``volumes`` (a bind mount, or a named
+volume: the launcher reads it through the folder or the volume's mount point here), or an
+fsspec URL (``s3://``). The shared-storage check runs its probes as containers with the
+tasks' mounts, so a model_dir private to each container is refused before anything starts.
 
 Nothing is left: a watchdog process (``python -m launcher.backends.docker --reap``) holds
 a pipe from the launcher; when it closes (the normal end, Ctrl-C, or the launcher killed
@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from launcher.backends.base import Backend, ProbeResult, TaskHandle
 from launcher.backends.options import option
 from launcher.errors import PreflightError, SpecError
+from launcher.model_dir import ModelDir
 from launcher.plan import JobPlan, TaskPlan
 from launcher.processes import die_with_parent, free_port, port_taken, task_environ
 from launcher.spec import Spec
@@ -251,6 +252,9 @@ class DockerBackend(Backend):
             if mount.bind and not os.path.isdir(mount.source):
                 raise PreflightError(f"docker.volumes[{i}]: {mount.source} is not a folder on "
                                      "this machine (create it first)")
+        view = self.launcher_view(plan.model_dir)
+        if view is not None and view != plan.model_dir:
+            plan.storage = ModelDir(view, plan.storage.options)
         if self.host_network:
             for task in plan.tasks:
                 if not task.auto_port and port_taken(task.port):
@@ -268,6 +272,31 @@ class DockerBackend(Backend):
                                      f"{seen[task.host]}; on a user-defined network every "
                                      "task is a container with a host name of its own")
             seen[task.host] = task.name
+
+    def launcher_view(self, model_dir: str) -> str | None:
+        """Where model_dir, a path in the containers, is on this machine, through the mount
+        that holds it: the folder of a bind mount, or a named volume's mount point on this
+        engine (made first, as ``docker run`` would; readable where the engine keeps its
+        volumes on this machine's disk). None when no mount holds it, or its mount point is
+        not readable here: then the storage check says the launcher does not see it."""
+        if "://" in model_dir or not model_dir.startswith("/"):
+            return None
+        path = os.path.normpath(model_dir)
+        holding = [m for m in self.options.volumes
+                   if path == m.target.rstrip("/") or path.startswith(m.target.rstrip("/") + "/")]
+        if not holding:
+            return None
+        mount = max(holding, key=lambda m: len(m.target))
+        rest = os.path.relpath(path, mount.target)
+        if mount.bind:
+            return os.path.normpath(os.path.join(mount.source, rest))
+        if self.call("volume", "inspect", mount.source).returncode != 0:
+            self.call("volume", "create", mount.source)
+        found = self.call("volume", "inspect", "--format", "{{.Mountpoint}}", mount.source)
+        where = found.stdout.strip()
+        if found.returncode != 0 or not os.path.isdir(where):
+            return None
+        return os.path.normpath(os.path.join(where, rest))
 
     def probe(self, task: TaskPlan, argv: list[str], timeout: float) -> ProbeResult:
         """A short container with the task's image, mounts, network and environment."""

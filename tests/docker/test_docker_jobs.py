@@ -62,23 +62,35 @@ def events(run_dir: Path) -> list[dict]:
 
 
 def test_estimator_job_runs_as_five_containers(engine, image, tmp_path):
-    spec, model_dir = shared_spec(tmp_path)
+    """model_dir in a named volume that every container mounts; the launcher follows it
+    through the volume's mount point on this machine."""
+    volume = "tfc-test-model"
+    spec = write_spec(tmp_path, docker_spec("/shared/model", [f"{volume}:/shared"]))
     run_dir = tmp_path / "run"
     seen: set[str] = set()
-    with launched(spec, "--run-dir", str(run_dir), "--quiet") as proc:
-        while proc.poll() is None:
-            seen |= task_containers(engine)
-            time.sleep(0.5)
-        stderr = proc.stderr.read()
-    assert proc.returncode == 0, stderr
-    run_id = json.loads((run_dir / "plan.json").read_text())["run_id"]
-    assert {f"tfc-{run_id}-{t.replace(':', '-')}" for t in TASKS} <= seen
-    rows = {r["task"]: r for r in json.loads((run_dir / "summary.json").read_text())["tasks"]}
-    assert rows["ps:0"]["stopped"] and rows["ps:0"]["exit"] == -signal.SIGTERM
-    assert all(rows[t]["exit"] == 0 for t in TASKS if t != "ps:0"), rows
-    assert checkpoint_step(model_dir) >= 300         # the final checkpoint, on the host
-    assert "[chief:0]" not in stderr and "loss" in (run_dir / "logs" / "chief-0.log").read_text()
-    assert engine.containers(label=f"{RUN_LABEL}={run_id}") == []
+    try:
+        with launched(spec, "--run-dir", str(run_dir), "--quiet") as proc:
+            while proc.poll() is None:
+                seen |= task_containers(engine)
+                time.sleep(0.5)
+            stderr = proc.stderr.read()
+        assert proc.returncode == 0, stderr
+        plan = json.loads((run_dir / "plan.json").read_text())
+        assert {f"tfc-{plan['run_id']}-{t.replace(':', '-')}" for t in TASKS} <= seen
+        rows = {r["task"]: r for r in json.loads((run_dir / "summary.json").read_text())["tasks"]}
+        assert rows["ps:0"]["stopped"] and rows["ps:0"]["exit"] == -signal.SIGTERM
+        assert all(rows[t]["exit"] == 0 for t in TASKS if t != "ps:0"), rows
+        assert "metrics of each checkpoint, evaluated afresh" in stderr   # read in the volume
+        assert plan["storage"]["url"].endswith(f"/volumes/{volume}/_data/model")
+        saved = engine.docker("run", "--rm", "--mount", f"type=volume,src={volume},dst=/shared",
+                              IMAGE, "sh", "-c", "cat /shared/model/checkpoint; ls /shared/model")
+        state, listing = saved.stdout.decode().split("\n", 1)[0], saved.stdout.decode()
+        step = int(state.split('"', 2)[1].rsplit("-", 1)[1])
+        assert step >= 300 and f"model.ckpt-{step}.index" in listing   # in the volume
+        assert "loss" in (run_dir / "logs" / "chief-0.log").read_text()
+        assert engine.containers(label=f"{RUN_LABEL}={plan['run_id']}") == []
+    finally:
+        engine.docker("volume", "rm", "-f", volume, check=False)
 
 
 def test_model_dir_private_to_each_container_is_refused_before_training(engine, image,
