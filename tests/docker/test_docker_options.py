@@ -105,3 +105,18 @@ def test_a_container_killed_by_a_signal_reads_as_that_signal():
     assert exit_status(137) == -signal.SIGKILL
     assert exit_status(143) == -signal.SIGTERM
     assert [exit_status(c) for c in (0, 1, 125, 127, 128)] == [0, 1, 125, 127, 128]
+
+
+def test_the_launcher_reads_model_dir_through_the_bind_mount_that_holds_it():
+    from launcher.backends.docker import DockerBackend
+    from launcher.spec import validate
+
+    spec = validate(docker_spec("/shared/model", ["/data/runs:/shared", "/fast:/shared/model/x"]))
+    backend = DockerBackend(spec, DockerBackend.validate_options(spec.backend_options["docker"],
+                                                                 "docker"))
+    assert backend.launcher_view("/shared/model") == "/data/runs/model"
+    assert backend.launcher_view("/shared/model/x/y") == "/fast/y"       # the deepest mount
+    assert backend.launcher_view("/shared") == "/data/runs"
+    assert backend.launcher_view("/sharedx/model") is None               # not under /shared
+    assert backend.launcher_view("s3://bucket/model") is None
+    assert backend.launcher_view("runs/model") is None
