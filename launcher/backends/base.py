@@ -63,6 +63,8 @@ class Backend(ABC):
     OPTIONS: ClassVar[type | None] = None
     # Every task is a process of this machine (it sees the launcher's filesystem).
     local_processes: ClassVar[bool] = False
+    # An address without a port gets one picked anew at every start (--dry-run says so).
+    ports_picked_at_start: ClassVar[bool] = True
     # True when the launcher runs inside the engine's job (a detached Slurm run's batch
     # script): ``prepare`` adopts that job, ``close`` leaves it to end with the script.
     inside_job: bool = False

@@ -17,6 +17,16 @@ def _duration(secs: float) -> str:
     return f"{secs // 3600}h{secs % 3600 // 60:02d}m"
 
 
+def eval_text(ev: dict) -> str:
+    """The latest evaluation in a few words: 'eval at step 200: loss=0.52, accuracy=0.73'."""
+    shown = sorted(ev.get("metrics", {}).items(),
+                   key=lambda kv: (FIRST_METRICS.index(kv[0])
+                                   if kv[0] in FIRST_METRICS else len(FIRST_METRICS), kv[0]))
+    metrics = ", ".join(f"{k}={v:.4g}" if isinstance(v, (int, float)) else f"{k}={v}"
+                        for k, v in shown[:4])
+    return f"eval at step {ev.get('step')}: {metrics}"
+
+
 def progress_line(p: Progress, waited: float, restarts: int = 0) -> str:
     """One line: where training stands (the step from the events file when it is ahead of
     the newest complete checkpoint), and how many restarts it took so far."""
@@ -34,13 +44,7 @@ def progress_line(p: Progress, waited: float, restarts: int = 0) -> str:
             line += f", ETA {_duration(p.eta_secs)}"
         line += f", checkpoint {ckpt.name}" if ckpt else ", no complete checkpoint yet"
     if p.latest_eval:
-        ev = p.latest_eval
-        shown = sorted(ev.get("metrics", {}).items(),
-                       key=lambda kv: (FIRST_METRICS.index(kv[0])
-                                       if kv[0] in FIRST_METRICS else len(FIRST_METRICS), kv[0]))
-        metrics = ", ".join(f"{k}={v:.4g}" if isinstance(v, (int, float)) else f"{k}={v}"
-                            for k, v in shown[:4])
-        line += f"; eval at step {ev.get('step')}: {metrics}"
+        line += f"; {eval_text(p.latest_eval)}"
     if restarts:
         line += f"; {restarts} restart{'s' if restarts > 1 else ''}"
     if p.last_error:
