@@ -31,6 +31,7 @@ TIMEOUT_DEFAULTS = {
     "evaluator": 120.0,  # after training ended: time for the evaluator's last evaluation
     "kill": 5.0,        # SIGTERM to SIGKILL
     "poll": 1.0,        # how often the coordinator looks at model_dir
+    "unresponsive": 30.0,  # a task whose TF server stops answering gRPC this long is lost
 }
 RESTART_POLICIES = ("never", "on-failure", "always")
 RESOURCE_KEYS = ("cpus", "memory", "gpus", "partition", "time")
