@@ -6,8 +6,12 @@ and check every run ends well. Run by hand (minutes per run on 2 cores):
 Jobs: tests/faults/jobs/estimator_job.py (Estimator, TF 2.15: chief, worker, ps, evaluator)
 and tests/faults/jobs/pss_job.py (ParameterServerStrategy, TF 2.21: chief, worker, ps).
 Targets, in turn: worker, ps, chief, evaluator (Estimator only), the launcher itself (then
-the same spec is launched again and must go on from the newest checkpoint), and a ps killed
-twice under ``max_restarts: 1`` (the run must fail clearly: restart budget spent).
+the same spec is launched again and must go on from the newest checkpoint), a ps killed
+twice under ``max_restarts: 1`` (the run must fail clearly: restart budget spent), and
+SIGSTOP of a ps, a worker and the chief (``stop-ps:0``...: alive but silent; the launcher
+must name it after ``timeouts.unresponsive``, kill it and restart per policy). For a frozen
+task the row also gives the detection time: from the SIGSTOP to the launcher's line
+"... has not answered TensorFlow's gRPC for N s".
 
 A run survived when: the launcher exited 0, the newest complete checkpoint is readable by
 TensorFlow and at or past max_steps, each kill cost at most one checkpoint interval (plus
@@ -43,9 +47,12 @@ from harness import (  # noqa: E402
 )
 
 MAX_STEPS, SAVE_STEPS, SLACK = 600, 100, 10
+UNRESPONSIVE = 10
+FROZEN = ["stop-ps:0", "stop-worker:0", "stop-chief:0"]
 SCENARIOS = {
-    "estimator": ["worker:0", "ps:0", "chief:0", "evaluator:0", "launcher", "ps-budget"],
-    "pss": ["worker:0", "ps:0", "chief:0", "launcher", "ps-budget"],
+    "estimator": ["worker:0", "ps:0", "chief:0", "evaluator:0", "launcher", "ps-budget",
+                  *FROZEN],
+    "pss": ["worker:0", "ps:0", "chief:0", "launcher", "ps-budget", *FROZEN],
 }
 
 
@@ -53,6 +60,7 @@ def one_run(kind: str, scenario: str, rng: random.Random, workdir: Path) -> dict
     tmp = Path(tempfile.mkdtemp(prefix=f"{kind}-", dir=workdir))
     doc = job_spec(kind, tmp, MAX_STEPS, SAVE_STEPS, evaluator=kind == "estimator")
     doc["timeouts"]["finish"] = 5
+    doc["timeouts"]["unresponsive"] = UNRESPONSIVE
     if scenario == "ps-budget":
         doc["restart"]["ps"] = {"policy": "on-failure", "max_restarts": 1, "backoff": 0.5}
         plan = [("ps:0", rng.randint(100, 250)), ("ps:0", rng.randint(300, 450))]
@@ -68,7 +76,10 @@ def one_run(kind: str, scenario: str, rng: random.Random, workdir: Path) -> dict
             problems.append(f"never reached step {step} before killing {target}")
             break
         try:
-            runs[-1].kill(target)
+            if target.startswith("stop-"):
+                runs[-1].freeze(target[len("stop-"):])
+            else:
+                runs[-1].kill(target)
         except LookupError as e:
             problems.append(str(e))
             break
@@ -86,6 +97,9 @@ def one_run(kind: str, scenario: str, rng: random.Random, workdir: Path) -> dict
     if runs[-1].leftovers(timeout=15):
         problems.append("processes left behind")
     kills = [k for r in runs for k in r.kills]
+    detected = [runs[-1].detected(k) for k in kills if k.how == "SIGSTOP"]
+    if any(d is None for d in detected):
+        problems.append("a frozen task was never named as not answering")
     name, step, error = newest_checkpoint(tmp / "model", python)
     reason = summary_reason(runs[-1])
     resumed = [resumed_after(runs, k) for k in kills]
@@ -116,6 +130,7 @@ def one_run(kind: str, scenario: str, rng: random.Random, workdir: Path) -> dict
             "status": status, "final_checkpoint": name, "final_step": step,
             "resumed_s": [None if r is None else round(r, 1) for r in resumed],
             "lost_steps": lost, "teardown_s": None if teardown is None else round(teardown, 1),
+            "detected_s": [None if d is None else round(d, 1) for d in detected],
             "duration_s": round(time.monotonic() - started, 1), "problems": problems}
 
 
@@ -131,15 +146,17 @@ def main(argv: list[str] | None = None) -> int:
     order = [(k, s) for k in kinds for s in SCENARIOS[k] if args.only in (None, s)]
     workdir = Path(tempfile.mkdtemp(prefix="fault-campaign-"))
     rows = []
-    print(f"{'#':>3} {'job':9} {'scenario':11} {'kills (target@step)':28} {'outcome':15} "
-          f"{'resumed s':10} {'lost':5} {'total s':7}", flush=True)
+    print(f"{'#':>3} {'job':9} {'scenario':13} {'kills (target@step)':28} {'outcome':15} "
+          f"{'detected s':10} {'resumed s':10} {'lost':5} {'total s':7}", flush=True)
     for i in range(args.runs):
         kind, scenario = order[i % len(order)]
         row = one_run(kind, scenario, random.Random(args.seed * 1000 + i), workdir)
         rows.append(row)
         resumed = ",".join("-" if r is None else f"{r:g}" for r in row["resumed_s"])
-        print(f"{i:>3} {kind:9} {scenario:11} {' '.join(row['kills']):28} {row['outcome']:15} "
-              f"{resumed:10} {max(row['lost_steps'] or [0]):<5} {row['duration_s']:<7}"
+        detected = ",".join("-" if d is None else f"{d:g}" for d in row["detected_s"]) or "-"
+        print(f"{i:>3} {kind:9} {scenario:13} {' '.join(row['kills']):28} {row['outcome']:15} "
+              f"{detected:10} {resumed:10} {max(row['lost_steps'] or [0]):<5} "
+              f"{row['duration_s']:<7}"
               + (f"  {'; '.join(row['problems'])}" if row["problems"] else ""), flush=True)
         if args.json:
             Path(args.json).write_text(json.dumps(rows, indent=1))
