@@ -58,8 +58,8 @@ def timed(fn, repeat: int = 3) -> tuple[float, object]:
 
 
 def bench_events(n: int, rows: list) -> None:
-    from launcher.tfevents import scalars_in_dir
     from orchestrator.metrics_file import MetricsRecord, MetricsWriter
+    from orchestrator.tfformats import scalars_in_dir
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-metrics-"))
     model = tmp / "model"
@@ -106,7 +106,7 @@ def main() -> None:
     rows: list = []
     for n in a.scalars:
         bench_events(n, rows)
-    print("| case | launcher.tfevents | TF summary_iterator | launch report |")
+    print("| case | orchestrator.tfformats | TF summary_iterator | launch report |")
     print("|---|---|---|---|")
     for r in rows:
         print("| " + " | ".join(r) + " |")

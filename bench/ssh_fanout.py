@@ -31,9 +31,9 @@ sys.path.insert(0, str(REPO / "tests"))
 from infra.netns_hosts import missing_prerequisites, netns_hosts  # noqa: E402
 
 from launcher.backends.ssh import SSHBackend  # noqa: E402
+from launcher.plan import build_plan  # noqa: E402
 from launcher.spec import validate  # noqa: E402
 from launcher.storage_check import check_shared_storage  # noqa: E402
-from launcher.tf_config import build_plan  # noqa: E402
 
 TASK = "import time; print('ready', flush=True); time.sleep(120)"
 
@@ -63,7 +63,7 @@ def one_run(bed, n: int, multiplex: bool, options: dict[str, str] | None = None,
         backend.preflight(plan)
         t1 = time.perf_counter()
         if storage_check:
-            check_shared_storage(spec, plan, backend)
+            check_shared_storage(plan, backend)
         handles = [backend.start(task) for task in plan.tasks]
         for handle in handles:
             line = handle.output.readline()

@@ -18,7 +18,7 @@ from typing import Any
 from launcher.errors import UsageError
 
 SUBCOMMANDS = {
-    "report": "launcher.report",
+    "report": "launcher.output.report",
     "evaluate": "orchestrator.offline_eval",
 }
 MAX_PORT_RETRIES = 3
@@ -130,10 +130,10 @@ def run_cli(argv: list[str]) -> int:
 
 
 def make_plan(spec, backend, command, run_id: str | None = None):
-    from launcher.tf_config import build_plan
+    from launcher.plan import build_plan
 
     return build_plan(spec, port_for=backend.allocate_port, host_for=backend.host_for,
-                      command=command, run_id=run_id)
+                      command=command, run_id=run_id, backend=backend.name)
 
 
 def public_plan(plan) -> dict[str, Any]:
@@ -176,16 +176,18 @@ def default_run_dir(spec, run_id: str) -> str:
     return os.path.join(base, run_id)
 
 
-def monitors_for(spec, plan, backend, job_console, events) -> list:
-    """The monitors that watch a job: the coordinator (launcher/coordination.py)."""
-    from launcher.coordination import coordinator_monitor
+def monitors_for(plan, job_console, events) -> list:
+    """The monitors that watch a job: the coordinator (launcher/monitors.py)."""
+    from launcher.monitors import coordinator_monitor
 
-    return [coordinator_monitor(spec, plan, job_console, events)]
+    return [coordinator_monitor(plan, job_console, events)]
 
 
 def execute(spec, backend, plan, command, args) -> int:
     from launcher.events import EventLog
-    from launcher.job import Console, Job, PortConflict, summary_table
+    from launcher.job import Job, PortConflict
+    from launcher.output.console import Console
+    from launcher.output.summary import summary_table
 
     run_dir = args.run_dir or default_run_dir(spec, plan.run_id)
     os.makedirs(run_dir, exist_ok=True)
@@ -194,13 +196,12 @@ def execute(spec, backend, plan, command, args) -> int:
     try:
         backend.preflight(plan)
         from launcher.storage_check import preflight_model_dir
-        if preflight_model_dir(spec, plan, backend, args, console, events):
+        if preflight_model_dir(plan, backend, args.retrain, console, events):
             return 0    # model_dir already holds a checkpoint at max_steps
         _write_plan(run_dir, plan)
         for attempt in range(MAX_PORT_RETRIES + 1):
-            job = Job(plan, backend, run_dir, console, spec.timeouts,
-                      monitors_for(spec, plan, backend, console, events), events,
-                      restart=spec.restart)
+            job = Job(plan, backend, run_dir, console, monitors_for(plan, console, events),
+                      events)
             try:
                 result = job.run()
                 break
@@ -216,8 +217,8 @@ def execute(spec, backend, plan, command, args) -> int:
     table = summary_table(result.runs)
     verdict = "succeeded" if result.status == 0 else f"FAILED (exit status {result.status})"
     console.info(f"job {verdict} after {result.duration:.1f}s: {result.reason}\n{table}")
-    from launcher.metrics_table import metrics_table
-    metrics = metrics_table(plan.model_dir)
+    from launcher.output.metrics_table import metrics_table
+    metrics = metrics_table(plan.storage)
     if metrics:
         console.info(f"metrics of each checkpoint, evaluated afresh:\n{metrics}")
     with open(os.path.join(run_dir, "summary.json"), "w", encoding="utf-8") as f:

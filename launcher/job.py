@@ -5,11 +5,17 @@ Policy lives here, mechanism in the backends. The end of a job:
   monitor (the coordinator) says max_steps is reached; then workers get ``timeouts.finish``
   and the evaluator ``timeouts.evaluator`` to exit on their own, and every ps and leftover
   task gets SIGTERM, then SIGKILL after ``timeouts.kill``;
-- a task that ends before that is judged by launcher/restarts.py (the restart policies):
-  it is restarted alone, or the whole cluster is (a lost ps), or the job fails;
+- a task that ends before that, or that a monitor reports ``lost``, is judged by
+  launcher/restarts.py (the restart policies, the one judge of a lost task): it is
+  restarted alone, or the whole cluster is (a lost ps), or the job fails;
 - failure when a task exits with an error (or a monitor says the job stalled): every task is
   stopped and the failing task's last lines are shown;
 - Ctrl-C or SIGTERM to the launcher stops every task.
+
+Monitors see a snapshot of the tasks (orchestrator.decisions.TaskState), never the Job, and
+answer in the one decision vocabulary (orchestrator.decisions.Decision). Time comes from an
+injected clock and the loop waits through an injected ``wait``, so the rules are tested
+against a scripted in-memory backend in milliseconds (tests/support.py).
 """
 
 from __future__ import annotations
@@ -17,18 +23,22 @@ from __future__ import annotations
 import collections
 import os
 import signal
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import IO, Protocol
+from typing import TYPE_CHECKING, Callable
 
 from launcher.backends.base import Backend, TaskHandle
 from launcher.events import EventLog
-from launcher.restarts import CLUSTER, RestartBook, Verdict
-from launcher.tf_config import JobPlan, TaskPlan
+from launcher.output.console import Console
+from launcher.plan import JobPlan, TaskPlan
+from launcher.restarts import RestartBook
+from orchestrator.decisions import CLUSTER, FAIL, FINISH, IGNORE, LOST, Decision, TaskState
+from orchestrator.roles import PRIMARY_ORDER, TRAINERS
 
-TRAINERS = ("chief", "master", "worker")
+if TYPE_CHECKING:
+    from launcher.monitors import Monitor
+
 PORT_IN_USE = ("Address already in use", "Failed to add port", "bind: address")
 TAIL_LINES = 20
 
@@ -67,29 +77,11 @@ class TaskRun:
             return f"stopped ({signame})" if self.stopped else f"killed ({signame})"
         return str(self.status)
 
-    def duration(self) -> float:
+    def duration(self, now: float | None = None) -> float:
         if self.started is None:
             return 0.0
-        return (self.ended or time.monotonic()) - self.started
-
-
-@dataclass
-class Decision:
-    """What a monitor tells the job loop: ``finish`` (training is done) or ``fail``. A
-    ``fail`` that names the lost ``task`` ("ps:0") goes through the restart policies."""
-
-    action: str
-    reason: str
-    task: str | None = None
-
-
-class Monitor(Protocol):
-    """Watches the job (the coordinator does, through model_dir). ``tick`` is called on every
-    loop turn and must not block; slow work belongs in the monitor's own thread."""
-
-    def tick(self, job: Job) -> Decision | None: ...
-
-    def close(self) -> None: ...
+        return (self.ended if self.ended is not None else
+                (now if now is not None else time.monotonic())) - self.started
 
 
 @dataclass
@@ -105,51 +97,30 @@ class PortConflict(Exception):
     process): the caller re-plans with new ports and starts again."""
 
 
-class Console:
-    """Thread-safe output: tasks' lines on stdout with a prefix, the launcher's on stderr."""
-
-    def __init__(self, out: IO[str] | None = None, err: IO[str] | None = None,
-                 quiet: bool = False):
-        self.out = out or sys.stdout
-        self.err = err or sys.stderr
-        self.quiet = quiet
-        self.lock = threading.Lock()
-
-    def task_line(self, name: str, line: str) -> None:
-        if self.quiet:
-            return
-        with self.lock:
-            self.out.write(f"[{name}] {line}\n")
-            self.out.flush()
-
-    def info(self, message: str) -> None:
-        with self.lock:
-            self.err.write(f"tfcluster: {message}\n")
-            self.err.flush()
-
-
 class Job:
     """One run of a plan on a backend."""
 
     def __init__(self, plan: JobPlan, backend: Backend, run_dir: str, console: Console,
-                 timeouts: dict[str, float], monitors: list[Monitor] | None = None,
-                 events: EventLog | None = None, restart: dict | None = None):
+                 monitors: list[Monitor] | None = None, events: EventLog | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 wait: Callable[[float], object] | None = None):
         self.plan = plan
         self.backend = backend
         self.run_dir = run_dir
         self.console = console
-        self.timeouts = timeouts
+        self.timeouts = plan.timeouts
         self.monitors = list(monitors or [])
+        self.clock = clock
+        self.wait = wait or self._wait_for_wake
         self.events = events or EventLog(os.path.join(run_dir, "events.jsonl"))
         os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
         self.runs = [TaskRun(t, os.path.join(run_dir, "logs", f"{t.type}-{t.index}.log"))
                      for t in plan.tasks]
         self.interrupted: int | None = None
-        self.started = time.monotonic()
+        self.started = clock()
         self.training_done_at: float | None = None   # when the chief or a monitor said so
         self.wake = threading.Event()  # set when a task's output ends: it is likely exiting
-        self.restarts = RestartBook(dict(restart or {}),
-                                    synchronous=plan.strategy == "multi_worker_mirrored")
+        self.restarts = RestartBook(dict(plan.restart), synchronous=plan.synchronous)
         self.due: dict[str, float] = {}     # task name -> when its restart is due
         self._ended: list[TaskRun] = []     # reaped, not yet judged
 
@@ -160,7 +131,7 @@ class Job:
 
     @property
     def primary(self) -> TaskRun:
-        for type_ in ("chief", "master", "worker"):
+        for type_ in PRIMARY_ORDER:
             run = self.run_of(type_, 0)
             if run is not None:
                 return run
@@ -174,12 +145,28 @@ class Job:
         """Restarts so far, every task together (for progress lines)."""
         return sum(r.restarts for r in self.runs)
 
+    def snapshot(self) -> list[TaskState]:
+        """Every task as monitors judge it. A task the job loop is about to restart is
+        alive: its restart policy already acted."""
+        out = []
+        for run in self.runs:
+            ended = run.status is not None and run.name not in self.due
+            out.append(TaskState(run.name, run.task.type, run.task.address, alive=not ended,
+                                 exit_status=run.status_text() if ended else None,
+                                 stopped=run.stopped, restarts=run.restarts,
+                                 started_at=run.started))
+        return out
+
+    def _wait_for_wake(self, secs: float) -> None:
+        self.wake.wait(secs)
+        self.wake.clear()
+
     # ------------------------------------------------------------------ mechanics
     def start_task(self, run: TaskRun) -> None:
         mode = "ab" if run.restarts else "wb"
         log = open(run.log_path, mode)  # noqa: SIM115 - closed by the pump thread
         run.handle = self.backend.start(run.task)
-        run.started, run.ended, run.status, run.stopped = time.monotonic(), None, None, False
+        run.started, run.ended, run.status, run.stopped = self.clock(), None, None, False
         pid = run.handle.pid
         self.events.write("task_started", task=run.name, address=run.task.address, pid=pid,
                           restarts=run.restarts)
@@ -211,7 +198,7 @@ class Job:
             if run.running:
                 status = run.handle.poll()
                 if status is not None:
-                    run.status, run.ended = status, time.monotonic()
+                    run.status, run.ended = status, self.clock()
                     self.events.write("task_exited", task=run.name, status=status,
                                       stopped=run.stopped, duration=round(run.duration(), 3))
                     ended.append(run)
@@ -233,16 +220,15 @@ class Job:
         for run in runs:
             run.stopped = True
             run.handle.terminate()
-        deadline = time.monotonic() + self.timeouts.get("kill", 5.0)
-        while any(r.running for r in runs) and time.monotonic() < deadline:
-            self.wake.wait(0.02)
-            self.wake.clear()
+        deadline = self.clock() + self.timeouts.get("kill", 5.0)
+        while any(r.running for r in runs) and self.clock() < deadline:
+            self.wait(0.02)
             self._reap()
         for run in runs:
             if run.running:
                 run.handle.kill()
         while any(r.running for r in runs):
-            time.sleep(0.02)
+            self.wait(0.02)
             self._reap()
 
     # ------------------------------------------------------------------ the loop
@@ -275,25 +261,26 @@ class Job:
                 if failure:
                     return self._fail(run, failure)
             for monitor in self.monitors:
-                decision = monitor.tick(self)
+                decision = monitor.tick(self.snapshot())
                 if decision is None:
                     continue
-                if decision.action == "fail":
+                if decision.action == FAIL:
+                    return self._finish(1, decision.reason)
+                if decision.action == LOST:
                     failure = self._judge_lost(decision)
                     if failure:
                         return self._finish(1, failure)
-                if decision.action == "finish" and self.training_done_at is None:
+                if decision.action == FINISH and self.training_done_at is None:
                     self.console.info(decision.reason)
-                    self.training_done_at = time.monotonic()
+                    self.training_done_at = self.clock()
             primary = self.primary
             if self.training_done_at is None and primary.status == 0:
-                self.training_done_at = time.monotonic()
+                self.training_done_at = self.clock()
                 self.console.info(f"{primary.name} finished; waiting for the others to end")
             if self.training_done_at is not None and self._ended_well(self.training_done_at):
                 return self._finish(0, "training finished and every task ended")
             self._start_due()
-            self.wake.wait(0.05)
-            self.wake.clear()
+            self.wait(0.05)
 
     def _judge_exit(self, run: TaskRun, finishing: bool) -> str | None:
         """Why this exit fails the job, or None when it is fine (or restarts it)."""
@@ -309,27 +296,27 @@ class Job:
         return self._apply(verdict, run)
 
     def _judge_lost(self, decision: Decision) -> str | None:
-        """A monitor's ``fail``: restart the task it names when its policy says so."""
+        """A monitor's ``lost``: restart the task it names when its policy says so."""
         run = next((r for r in self.runs if r.name == decision.task), None)
         if run is None:
             return decision.reason
         if run.name in self.due:
             return None     # already being restarted
         verdict = self.restarts.judge_lost(run.task.type, run.name, decision.reason)
-        if verdict.action == "restart":
+        if verdict.action != FAIL:
             self.stop([run], decision.reason)
         return self._apply(verdict, run)
 
-    def _apply(self, verdict: Verdict, run: TaskRun) -> str | None:
-        """Carry out a restart verdict; return the reason when the job must fail."""
-        if verdict.action == "fail":
+    def _apply(self, verdict: Decision, run: TaskRun) -> str | None:
+        """Carry out a restart decision; return the reason when the job must fail."""
+        if verdict.action == FAIL:
             return verdict.reason
-        if verdict.action == "ignore":
+        if verdict.action == IGNORE:
             return None
         self.console.info(verdict.reason)
         self.events.write("restart_scheduled", task=run.name, scope=verdict.scope,
                           attempt=verdict.attempt, delay=verdict.delay, reason=verdict.reason)
-        due = time.monotonic() + verdict.delay
+        due = self.clock() + verdict.delay
         if verdict.scope == CLUSTER:
             members = [r for r in self.runs if r.task.type != "evaluator"]
             self.stop([r for r in members if r.running], f"restarting the cluster: {run.name}")
@@ -341,7 +328,7 @@ class Job:
 
     def _start_due(self) -> None:
         """Start again, in plan order, the tasks whose restart is due."""
-        now = time.monotonic()
+        now = self.clock()
         if self.training_done_at is not None:   # trainers lost after the end stay down
             self.due = {n: t for n, t in self.due.items() if n.startswith("evaluator")}
         for run in self.runs:
@@ -355,7 +342,7 @@ class Job:
 
     def _ended_well(self, since: float) -> bool:
         """After training: wait for trainers and the evaluator, then stop the rest."""
-        now = time.monotonic()
+        now = self.clock()
         waiting = []
         # ParameterServerStrategy workers only serve the chief: once it succeeded, they are
         # done; in other jobs every trainer gets ``finish`` to end on its own.
@@ -386,7 +373,7 @@ class Job:
 
     def _finish(self, status: int, reason: str) -> JobResult:
         self.stop(self.live(), reason)
-        result = JobResult(status, reason, self.runs, time.monotonic() - self.started)
+        result = JobResult(status, reason, self.runs, self.clock() - self.started)
         self.events.write("job_ended", status=status, reason=reason,
                           duration=round(result.duration, 3))
         return result
@@ -410,13 +397,3 @@ class Job:
     def _restore_signal_handlers(previous: dict) -> None:
         for sig, old in previous.items():
             signal.signal(sig, old)
-
-
-def summary_table(runs: list[TaskRun]) -> str:
-    """task, address, exit status, duration, log file: one row per task."""
-    rows = [("task", "address", "exit", "duration", "restarts", "log")]
-    for run in runs:
-        rows.append((run.name, run.task.address, run.status_text(), f"{run.duration():.1f}s",
-                     str(run.restarts), run.log_path))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)

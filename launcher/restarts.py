@@ -28,31 +28,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from launcher.spec import RestartPolicy
+from orchestrator.decisions import CLUSTER, FAIL, IGNORE, RESTART, Decision
 from orchestrator.policies import (
     ALWAYS,
-    CLUSTER,
     DEFAULTS,
     NEVER,
-    TASK,
     TRANSIENT_ERRORS,
     backoff_delay,
     scope_for,
 )
+from orchestrator.roles import TRAINERS
 
 OK, SIGNAL, TRANSIENT, ERROR, LOST = "ok", "signal", "transient", "error", "lost"
-TRAINERS = ("chief", "master", "worker")
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """``ignore`` (nothing to do), ``restart`` (after ``delay`` s, ``scope`` task or
-    cluster) or ``fail`` (the job ends); ``reason`` is the line shown to the user."""
-
-    action: str
-    reason: str
-    scope: str = TASK
-    delay: float = 0.0
-    attempt: int = 0
 
 
 def signal_name(signum: int) -> str:
@@ -94,42 +81,42 @@ class RestartBook:
         return RestartPolicy(d.policy, d.max_restarts, d.backoff)
 
     def judge_exit(self, role: str, name: str, status: int, tail: Iterable[str],
-                   finishing: bool) -> Verdict:
+                   finishing: bool) -> Decision:
         """What an exit the launcher did not ask for means."""
         kind, what = classify_exit(status, tail)
         if kind == OK:
             if role == "ps" and not finishing:
                 if self.policy_for(role).policy == ALWAYS:
                     return self._restart(role, name, f"{name} exited before training ended")
-                return Verdict("fail", f"{name} exited before training ended")
-            return Verdict("ignore", f"{name} {what}")
+                return Decision(FAIL, f"{name} exited before training ended")
+            return Decision(IGNORE, f"{name} {what}")
         if finishing:
             if role in TRAINERS and kind == SIGNAL:
-                return Verdict("ignore", f"{name} {what} after training ended")
+                return Decision(IGNORE, f"{name} {what} after training ended")
             if role == "ps":
-                return Verdict("ignore", f"{name} {what} after training ended")
+                return Decision(IGNORE, f"{name} {what} after training ended")
             if role != "evaluator":
-                return Verdict("fail", f"{name} {what}")
+                return Decision(FAIL, f"{name} {what}")
         return self._decide(role, name, kind, f"{name} {what}")
 
-    def judge_lost(self, role: str, name: str, reason: str) -> Verdict:
+    def judge_lost(self, role: str, name: str, reason: str) -> Decision:
         """A monitor found the task lost (unreachable, hung) while the launcher saw no exit."""
         return self._decide(role, name, LOST, reason)
 
-    def _decide(self, role: str, name: str, kind: str, what: str) -> Verdict:
+    def _decide(self, role: str, name: str, kind: str, what: str) -> Decision:
         policy = self.policy_for(role)
         if policy.policy == NEVER:
-            return Verdict("fail", f"{what}; restart policy of {role} is never")
+            return Decision(FAIL, f"{what}; restart policy of {role} is never")
         if kind == ERROR and policy.policy != ALWAYS:
-            return Verdict("fail", f"{what}; not retried: an error in the task's own code "
+            return Decision(FAIL, f"{what}; not retried: an error in the task's own code "
                                    f"would repeat (restart policy 'always' retries it)")
         return self._restart(role, name, what)
 
-    def _restart(self, role: str, name: str, what: str) -> Verdict:
+    def _restart(self, role: str, name: str, what: str) -> Decision:
         policy = self.policy_for(role)
         done = self.caused.get(name, 0)
         if done >= policy.max_restarts:
-            return Verdict("fail", f"{what}; restart budget spent ({done} of "
+            return Decision(FAIL, f"{what}; restart budget spent ({done} of "
                                    f"{policy.max_restarts} restarts of {name} used)")
         attempt = done + 1
         self.caused[name] = attempt
@@ -137,6 +124,6 @@ class RestartBook:
         delay = backoff_delay(policy.backoff, attempt)
         target = ("restarting the whole cluster from the newest checkpoint" if scope == CLUSTER
                   else f"restarting {name}")
-        return Verdict("restart", f"{what}; {target} in {delay:g}s "
+        return Decision(RESTART, f"{what}; {target} in {delay:g}s "
                                   f"(restart {attempt} of {policy.max_restarts})",
-                       scope, delay, attempt)
+                       (name,), scope, delay, attempt)

@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from launcher.errors import SpecError
+from orchestrator.roles import JOB_NAMES, ROLES, TRAINERS, trainer_jobs
 
-JOB_NAMES = ("chief", "master", "worker", "ps")
-ROLES = JOB_NAMES + ("evaluator",)
 BACKENDS = ("local", "ssh", "slurm", "kubernetes")
 TOP_LEVEL_KEYS = (
     "name", "cluster", "evaluator", "command", "model_dir", "max_steps", "epochs", "examples",
@@ -87,9 +86,7 @@ class Spec:
     def trainers(self) -> list[tuple[str, int]]:
         """The tasks that read training data, in shard order: chief (or master), then workers.
         Under ParameterServerStrategy the chief only coordinates: the workers alone."""
-        jobs = ("worker",) if self.strategy == "parameter_server" else ("chief", "master",
-                                                                         "worker")
-        order = [j for j in jobs if j in self.cluster]
+        order = [j for j in trainer_jobs(self.strategy) if j in self.cluster]
         return [(j, i) for j in order for i in range(len(self.cluster[j]))]
 
     @property
@@ -97,6 +94,13 @@ class Spec:
         """Collective (MultiWorkerMirroredStrategy) training: one step is one batch on every
         trainer at once."""
         return self.strategy == "multi_worker_mirrored"
+
+
+def resources_for(spec: Spec, role: str) -> dict[str, Any]:
+    """resources.default overlaid with resources.<role>."""
+    res = dict(spec.resources.get("default", {}))
+    res.update(spec.resources.get(role, {}))
+    return res
 
 
 def load_spec(path: str) -> Spec:
@@ -266,7 +270,7 @@ def _parse_cluster(raw: Any) -> dict[str, list[Address]]:
             raise _fail(f"cluster.{job}", f"at most one {job} task, got {len(out[job])}")
     if "master" in out and "chief" in out:
         raise _fail("cluster.master", "legacy 'master' cannot be used together with 'chief'")
-    if not any(j in out for j in ("chief", "master", "worker")):
+    if not any(j in out for j in TRAINERS):
         raise _fail("cluster", "needs a task that trains: chief, master or worker")
     return out
 
@@ -379,7 +383,7 @@ def validate(raw: Any, source: str | None = None) -> Spec:
     if backend not in BACKENDS:
         raise _fail("backend", f"unknown backend {backend!r} (allowed: {', '.join(BACKENDS)})")
 
-    n_trainers = sum(len(cluster.get(j, [])) for j in ("chief", "master", "worker"))
+    n_trainers = sum(len(cluster.get(j, [])) for j in TRAINERS)
     inferred = ("multi_worker_mirrored" if "ps" not in cluster and n_trainers > 1
                 else "estimator")
     strategy = expect_str(spec_obj.get("strategy", inferred), "strategy")

@@ -24,9 +24,6 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import fsspec
-
-from launcher.coordination import checkpoint_reader, launcher_model_dir, storage_options
 from launcher.errors import PreflightError
 
 PROBE_PREFIX = ".tfcluster-probe-"
@@ -97,10 +94,14 @@ def _parse(output: str) -> dict | None:
     return None
 
 
-def check_shared_storage(spec, plan, backend, console=None, events=None) -> None:
-    """Raise PreflightError naming every task that does not share model_dir's storage."""
-    url = launcher_model_dir(spec)
-    fs, root = fsspec.core.url_to_fs(url, **storage_options(spec))
+def check_shared_storage(plan, backend, console=None, events=None) -> None:
+    """Raise PreflightError naming every task that does not share model_dir's storage.
+
+    Where sharing is certain (every task a process of this machine, and model_dir a local
+    path) only the launcher's own write is checked: no probe process per task."""
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(plan.storage.url, **plan.storage.options)
     root = root.rstrip("/")
     tag = f"{PROBE_PREFIX}{plan.run_id}-{uuid.uuid4().hex[:6]}"
     launcher_name, launcher_token = f"{tag}-launcher", uuid.uuid4().hex
@@ -109,14 +110,20 @@ def check_shared_storage(spec, plan, backend, console=None, events=None) -> None
         fs.makedirs(root, exist_ok=True)
         fs.pipe_file(f"{root}/{launcher_name}", launcher_token.encode())
     except Exception as e:  # noqa: BLE001 - any storage error: say what and where
-        raise PreflightError(f"model_dir {spec.model_dir}: the launcher cannot write it "
+        raise PreflightError(f"model_dir {plan.model_dir}: the launcher cannot write it "
                              f"({type(e).__name__}: {e})") from None
+    if backend.local_processes and plan.storage.is_local_absolute(plan.model_dir):
+        _remove(fs, [f"{root}/{launcher_name}"])
+        if console is not None:
+            console.info(f"model_dir {plan.model_dir}: the same storage for all "
+                         f"{len(plan.tasks)} tasks")
+        return
     names = {t.name: f"{tag}-{t.type}-{t.index}" for t in plan.tasks}
     tokens = {t.name: uuid.uuid4().hex for t in plan.tasks}
-    timeout = spec.timeouts.get("start", 60.0)
+    timeout = plan.timeouts.get("start", 60.0)
 
     def run_probe(task, mode: str):
-        argv = [probe_python(task.command), "-c", PROBE_SCRIPT, mode, spec.model_dir,
+        argv = [probe_python(task.command), "-c", PROBE_SCRIPT, mode, plan.model_dir,
                 names[task.name], tokens[task.name], launcher_name]
         # the task's environment, less what marks a process as a task of the job
         env = {k: v for k, v in task.env.items() if k not in NOT_FOR_PROBES}
@@ -138,7 +145,7 @@ def check_shared_storage(spec, plan, backend, console=None, events=None) -> None
             if not out.get("ok"):
                 detail = out.get("error") or result.output.strip()[-300:] or \
                     f"exit status {result.returncode}"
-                problem = f"cannot write model_dir {spec.model_dir}: {detail}"
+                problem = f"cannot write model_dir {plan.model_dir}: {detail}"
             elif not _visible(fs, f"{root}/{names[task.name]}", tokens[task.name]):
                 unseen.append(task)
                 problem = (f"writes model_dir to {out.get('where')}, which the launcher "
@@ -156,7 +163,7 @@ def check_shared_storage(spec, plan, backend, console=None, events=None) -> None
                 list(pool.map(lambda t: run_probe(t, "remove"), unseen))
     bad = [o for o in outcomes if o.problem]
     if bad and events is not None:     # a job's event log starts with job_started
-        events.write("storage_check", model_dir=spec.model_dir, ok=not bad,
+        events.write("storage_check", model_dir=plan.model_dir, ok=not bad,
                      tasks={o.task: {"host": o.seen_host, "where": o.where,
                                      "problem": o.problem} for o in outcomes})
     if bad:
@@ -168,7 +175,7 @@ def check_shared_storage(spec, plan, backend, console=None, events=None) -> None
                              f"and every ps must write into one place:\n{lines}\n"
                              f"(set \"check_storage\": false in the spec to skip this check)")
     if console is not None:
-        console.info(f"model_dir {spec.model_dir}: the same storage for all "
+        console.info(f"model_dir {plan.model_dir}: the same storage for all "
                      f"{len(outcomes)} tasks")
 
 
@@ -195,13 +202,13 @@ def _remove(fs, paths: list[str]) -> None:
             pass
 
 
-def already_trained(spec, plan, retrain: bool, console, events) -> bool:
+def already_trained(plan, retrain: bool, console, events) -> bool:
     """True when model_dir already holds a complete checkpoint at or past max_steps and the
     user did not ask to train again (the job must not start)."""
     if plan.max_steps is None:
         return False
     try:
-        ckpt = checkpoint_reader(spec).newest_complete()
+        ckpt = plan.storage.reader().newest_complete()
     except Exception:  # noqa: BLE001 - unreadable: the storage check reports it
         return False
     if ckpt is None or ckpt.step is None or ckpt.step < plan.max_steps:
@@ -213,16 +220,16 @@ def already_trained(spec, plan, retrain: bool, console, events) -> bool:
                      f"{plan.max_steps}); --retrain: starting anyway (TensorFlow resumes "
                      f"from it; use a new model_dir to train from scratch)")
         return False
-    console.info(f"nothing to train: model_dir {spec.model_dir} already holds the complete "
+    console.info(f"nothing to train: model_dir {plan.model_dir} already holds the complete "
                  f"checkpoint {ckpt.name} (step {ckpt.step} >= max_steps {plan.max_steps}); "
                  f"give --retrain to start the job anyway")
     return True
 
 
-def preflight_model_dir(spec, plan, backend, args, console, events) -> bool:
+def preflight_model_dir(plan, backend, retrain: bool, console, events) -> bool:
     """Both checks, as ``launcher.cli.execute`` runs them; True: do not start (exit 0)."""
-    if already_trained(spec, plan, getattr(args, "retrain", False), console, events):
+    if already_trained(plan, retrain, console, events):
         return True
-    if spec.check_storage:
-        check_shared_storage(spec, plan, backend, console, events)
+    if plan.check_storage:
+        check_shared_storage(plan, backend, console, events)
     return False

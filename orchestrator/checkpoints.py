@@ -27,7 +27,7 @@ from typing import Any
 
 import fsspec
 
-from orchestrator.protowire import fields, read_varint
+from orchestrator.tfformats import num_shards_from_index_head
 
 STATE_FILE = "checkpoint"
 TF2_BASENAME = "ckpt"
@@ -101,27 +101,6 @@ def layout_of(name: str) -> tuple[str, int] | None:
 
 def shard_name(prefix: str, i: int, k: int) -> str:
     return f"{prefix}.data-{i:05d}-of-{k:05d}"
-
-
-def num_shards_from_index_head(head: bytes) -> int | None:
-    """K from the first bytes of a ``.index`` file, or None when they do not parse.
-
-    The index is a table whose first entry has the empty key and a BundleHeaderProto value
-    (field 1: num_shards). Blocks are stored uncompressed, so the entry starts at byte 0:
-    varint shared=0, varint key length=0, varint value length, value.
-    """
-    try:
-        shared, pos = read_varint(head, 0)
-        key_len, pos = read_varint(head, pos)
-        value_len, pos = read_varint(head, pos)
-        if shared or key_len or pos + value_len > len(head):
-            return None
-        for number, wire, v in fields(head[pos:pos + value_len]):
-            if number == 1 and wire == 0:
-                return v if v >= 1 else None
-        return 1  # proto3 leaves out num_shards only when it is 0; a bundle has >= 1 shard
-    except ValueError:
-        return None
 
 
 class CheckpointReader:

@@ -6,13 +6,14 @@ snapshot: newest complete checkpoint, its step, the newest step in the chief's e
 (summaries come more often than checkpoints), steps per second, ETA, the latest evaluation
 (``tfcluster_metrics.jsonl``), and when training last showed a sign of life (a new
 checkpoint, or the chief's events file growing). ``judge(tasks)`` turns that snapshot
-and the tasks' liveness (given by whoever runs the tasks) into a ``Verdict``:
+and the tasks' states (``TaskState``, given by whoever runs the tasks) into a ``Decision``
+(orchestrator/decisions.py):
 
 - ``finish`` when the newest complete checkpoint reached max_steps;
-- ``fail`` when a ps died while trainers still run (they would hang for ever), or when
-  nothing moved for ``stall`` seconds (``startup`` + ``stall`` before the first checkpoint
-  is named: starting TensorFlow takes its time); the reason names the dead or silent
-  tasks.
+- ``lost`` when a ps died while trainers still run (they would hang for ever): the
+  restart policies decide what that means;
+- ``fail`` when nothing moved for ``stall`` seconds (``startup`` + ``stall`` before the
+  first checkpoint is named: starting TensorFlow takes its time), naming the silent tasks.
 
 Nothing here blocks the caller: ``judge`` and ``progress`` read the last snapshot. A restart
 policy can use ``newest_complete()`` (the checkpoint a restarted job resumes from).
@@ -28,34 +29,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from orchestrator.checkpoints import Checkpoint, CheckpointReader
-from orchestrator.protowire import fields, tfrecords
+from orchestrator.decisions import FAIL, FINISH, LOST, Decision, TaskState
+from orchestrator.metrics_file import METRICS_FILE
+from orchestrator.roles import TRAINERS
+from orchestrator.tfformats import EVENTS_PREFIX, newest_event_step
 
-METRICS_FILE = "tfcluster_metrics.jsonl"
-EVENTS_PREFIX = "events.out.tfevents."
-TRAINER_TYPES = ("chief", "master", "worker")
 RATE_WINDOW = 20           # checkpoints kept to estimate steps per second
 METRICS_TAIL_BYTES = 16384  # a new eval line is looked for in the file's last bytes
 EVENTS_REDISCOVER_SECS = 30.0
 EVENTS_READ_MAX = 4 << 20   # bytes of new events read per poll at most
-
-
-@dataclass(frozen=True)
-class TaskStatus:
-    """A task's liveness as the job loop sees it."""
-
-    name: str                  # "ps:0"
-    type: str                  # "ps"
-    address: str = ""
-    alive: bool = True
-    exit_status: str | None = None  # how it ended, in words ("killed (SIGKILL)", "1")
-    stopped: bool = False      # ended because the launcher stopped it
-
-
-@dataclass(frozen=True)
-class Verdict:
-    action: str                # "finish" or "fail"
-    reason: str
-    tasks: tuple[str, ...] = ()  # the dead or silent tasks named in the reason
 
 
 @dataclass(frozen=True)
@@ -123,7 +105,7 @@ class Coordinator:
         self._events_readable = True
         self._events_looked = -1e18
         self._metrics_size = -1
-        self._finish: Verdict | None = None
+        self._finish: Decision | None = None
 
     # ------------------------------------------------------------------ thread
     def start(self) -> Coordinator:
@@ -292,17 +274,17 @@ class Coordinator:
         return current
 
     # ------------------------------------------------------------------ judging
-    def judge(self, tasks: list[TaskStatus]) -> Verdict | None:
+    def judge(self, tasks: list[TaskState]) -> Decision | None:
         """finish / fail / None from the last snapshot and the tasks' liveness."""
         p = self.progress()
         if self._finish is not None:
             return self._finish
         if p.reached_max_steps:
             assert p.checkpoint is not None
-            self._finish = Verdict("finish", f"checkpoint {p.checkpoint.name} reached "
-                                             f"max_steps {p.max_steps}")
+            self._finish = Decision(FINISH, f"checkpoint {p.checkpoint.name} reached "
+                                            f"max_steps {p.max_steps}")
             return self._finish
-        trainers = [t for t in tasks if t.type in TRAINER_TYPES and t.alive]
+        trainers = [t for t in tasks if t.type in TRAINERS and t.alive]
         if not trainers:
             return None
         dead_ps = [t for t in tasks if t.type == "ps" and not t.alive and not t.stopped]
@@ -310,9 +292,9 @@ class Coordinator:
             names = tuple(t.name for t in dead_ps)
             how = ", ".join(f"{t.name} ({t.address}) {t.exit_status or 'ended'}"
                             for t in dead_ps)
-            return Verdict("fail", f"parameter server died: {how}; "
-                                   f"{_names(trainers)} cannot train without it "
-                                   f"({self._where(p)})", names)
+            return Decision(LOST, f"parameter server died: {how}; "
+                                  f"{_names(trainers)} cannot train without it "
+                                  f"({self._where(p)})", names)
         idle = self.clock() - p.last_activity
         limit = self.stall if p.named is not None else self.stall + self.startup
         if idle >= limit and p.last_error is None:   # blind: no judgement on what it can't see
@@ -325,7 +307,7 @@ class Coordinator:
                       f"{p.last_activity_what}; {self._where(p)}); silent tasks still "
                       f"running: {_names(silent)}")
             hint = self._incomplete_hint(p, tasks)
-            return Verdict("fail", reason + (f"; {hint}" if hint else ""), names)
+            return Decision(FAIL, reason + (f"; {hint}" if hint else ""), names)
         return None
 
     @staticmethod
@@ -335,7 +317,7 @@ class Coordinator:
         return f"newest complete checkpoint {p.checkpoint.name}"
 
     @staticmethod
-    def _incomplete_hint(p: Progress, tasks: list[TaskStatus]) -> str:
+    def _incomplete_hint(p: Progress, tasks: list[TaskState]) -> str:
         """Name the ps whose shard is missing: it does not write into the same storage."""
         if not p.incomplete:
             return ""
@@ -349,26 +331,5 @@ class Coordinator:
         return f"checkpoint {name} is incomplete, missing {', '.join(missing)}{who}"
 
 
-def _names(tasks: list[TaskStatus]) -> str:
+def _names(tasks: list[TaskState]) -> str:
     return ", ".join(t.name for t in tasks)
-
-
-def newest_event_step(data: bytes) -> tuple[int | None, int]:
-    """(the largest ``Event.step`` in the whole TFRecords at the start of ``data``, bytes
-    they take). A record cut short at the end is left for the next read. CRCs are not
-    checked; bytes that cannot be records raise ValueError."""
-    newest, consumed = None, 0
-    for record, end in tfrecords(data):
-        consumed = end
-        step = _event_step(record)
-        if step is not None and (newest is None or step > newest):
-            newest = step
-    return newest, consumed
-
-
-def _event_step(record: bytes) -> int | None:
-    """Field 2 (step, int64) of an Event; None when absent (step 0)."""
-    for number, wire, value in fields(record):
-        if number == 2 and wire == 0:
-            return value
-    return None

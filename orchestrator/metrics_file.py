@@ -17,6 +17,7 @@ import json
 import math
 import os
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import fsspec
 
@@ -63,7 +64,8 @@ def clean_metrics(values: dict) -> dict[str, float]:
     return out
 
 
-def read_metrics(path_or_model_dir: str) -> list[MetricsRecord]:
+def read_metrics(path_or_model_dir: str,
+                 storage_options: dict[str, Any] | None = None) -> list[MetricsRecord]:
     """Every complete line of a metrics file (or of ``model_dir``'s); [] when there is none.
 
     A line being written (no newline yet) or a broken line is skipped, so a reader never
@@ -73,7 +75,7 @@ def read_metrics(path_or_model_dir: str) -> list[MetricsRecord]:
     if not path.endswith(".jsonl"):
         path = metrics_path(path)
     try:
-        with fsspec.open(path, "rt", encoding="utf-8") as f:
+        with fsspec.open(path, "rt", encoding="utf-8", **(storage_options or {})) as f:
             text = f.read()
     except (FileNotFoundError, IsADirectoryError):
         return []

@@ -22,8 +22,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from orchestrator.decisions import CLUSTER, TASK
+from orchestrator.roles import TRAINERS
+
 NEVER, ON_FAILURE, ALWAYS = "never", "on-failure", "always"
-TASK, CLUSTER = "task", "cluster"     # restart the lost task alone, or every task
+__all__ = ["CLUSTER", "TASK", "NEVER", "ON_FAILURE", "ALWAYS", "DEFAULTS", "scope_for",
+           "backoff_delay", "TRANSIENT_ERRORS", "RoleDefaults", "MAX_BACKOFF"]
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,7 @@ TRANSIENT_ERRORS = (
 def scope_for(role: str, synchronous: bool) -> str:
     """TASK or CLUSTER: what must restart when a task of ``role`` is lost. ``synchronous``:
     no ps and several trainers (every trainer is in every all-reduce)."""
-    if synchronous and role in ("chief", "master", "worker"):
+    if synchronous and role in TRAINERS:
         return CLUSTER
     return DEFAULTS[role].scope
 

@@ -14,8 +14,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import IO, Any, ClassVar
 
+from launcher.plan import JobPlan, TaskPlan
 from launcher.spec import Spec
-from launcher.tf_config import JobPlan, TaskPlan
 
 
 @dataclass
@@ -57,6 +57,8 @@ class Backend(ABC):
     """Start, poll, signal, stop tasks on one kind of infrastructure."""
 
     name: ClassVar[str]
+    # Every task is a process of this machine (it sees the launcher's filesystem).
+    local_processes: ClassVar[bool] = False
 
     def __init__(self, spec: Spec, options: Any = None):
         self.spec = spec

@@ -30,6 +30,7 @@ from typing import Any
 
 from launcher.backends.base import Backend, ProbeResult, TaskHandle
 from launcher.errors import PreflightError, SpecError
+from launcher.plan import JobPlan, TaskPlan
 from launcher.redact import redact_env
 from launcher.spec import (
     Address,
@@ -39,7 +40,6 @@ from launcher.spec import (
     expect_int,
     expect_str,
 )
-from launcher.tf_config import JobPlan, TaskPlan
 
 OPTION_KEYS = ("image", "namespace", "mode", "service_account", "image_pull_policy", "port",
                "context", "kubectl", "node_selector", "image_pull_secrets", "env_from_secrets",

@@ -1,66 +1,21 @@
 """Local backend: every task is a process on this machine, in a process group of its own.
 
-If the launcher dies, even by SIGKILL, its tasks end within seconds: each task gets
-SIGTERM through PR_SET_PDEATHSIG, and a watchdog process (launcher/watchdog.py) ends the
-task's whole process group, children included. A task that ends takes the rest of its
-process group along.
+If the launcher dies, even by SIGKILL, its tasks end within seconds (launcher/processes.py).
+A task that ends takes the rest of its process group along.
 """
 
 from __future__ import annotations
 
-import ctypes
-import os
-import signal
 import socket
 import subprocess
-import sys
 
 from launcher.backends.base import Backend, ProbeResult, TaskHandle
 from launcher.errors import PreflightError
-from launcher.tf_config import JobPlan, TaskPlan
+from launcher.plan import JobPlan, TaskPlan
+from launcher.processes import ProcessHandle, die_with_parent, free_port, port_taken, task_environ
 from launcher.watchdog import Watchdog
 
 LOCALHOST = "localhost"
-_PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent() -> None:
-    """In the child, before exec: get SIGTERM when the launcher dies, even by SIGKILL."""
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-        except OSError:
-            pass
-
-
-def free_port(taken: set[int] | None = None, attempts: int = 50) -> int:
-    """A port free on every interface (TensorFlow's server binds *:PORT), not in ``taken``."""
-    taken = taken if taken is not None else set()
-    for _ in range(attempts):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("", 0))
-            port = s.getsockname()[1]
-        if port not in taken:
-            taken.add(port)
-            return port
-    raise RuntimeError("no free port found")
-
-
-def task_environ(task: TaskPlan) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(task.env)
-    return env
-
-
-def port_taken(port: int) -> bool:
-    """True when binding *:PORT fails here (what TensorFlow's server would do)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("", port))
-        except OSError:
-            return True
-    return False
 
 
 def local_names() -> set[str]:
@@ -90,38 +45,11 @@ def check_hosts_are_local(spec) -> None:
                                  "map every host to localhost, or backend \"ssh\")")
 
 
-class LocalHandle(TaskHandle):
-    def __init__(self, task: TaskPlan, proc: subprocess.Popen, watchdog: Watchdog | None = None):
-        self.task = task
-        self.proc = proc
-        self.output = proc.stdout
-        self.watchdog = watchdog
-        if watchdog is not None:
-            watchdog.watch(proc.pid)
-
-    def poll(self) -> int | None:
-        status = self.proc.poll()
-        if status is not None and self.watchdog is not None:
-            self.signal(signal.SIGKILL)     # children left behind in its group
-            self.watchdog.forget(self.proc.pid)
-            self.watchdog = None
-        return status
-
-    def signal(self, sig: int) -> None:
-        try:
-            os.killpg(self.proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid
-
-
 class LocalBackend(Backend):
     """Runs the cluster on this machine: a faithful multi-process simulation."""
 
     name = "local"
+    local_processes = True
 
     def __init__(self, spec, options=None):
         super().__init__(spec, options)
@@ -166,7 +94,7 @@ class LocalBackend(Backend):
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
             preexec_fn=die_with_parent,
         )
-        return LocalHandle(task, proc, self._watchdog)
+        return ProcessHandle(task, proc, self._watchdog)
 
     def close(self) -> None:
         if self._watchdog is not None:

@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from launcher.backends.base import Backend, ProbeResult, TaskHandle
-from launcher.backends.local import LocalHandle, die_with_parent, free_port, task_environ
 from launcher.errors import PreflightError, SpecError
+from launcher.plan import JobPlan, TaskPlan
+from launcher.processes import ProcessHandle, die_with_parent, free_port, task_environ
 from launcher.spec import (
     ROLES,
     Spec,
@@ -33,8 +34,9 @@ from launcher.spec import (
     expect_dict,
     expect_number,
     expect_str,
+    resources_for,
 )
-from launcher.tf_config import START_ORDER, JobPlan, TaskPlan
+from orchestrator.roles import in_start_order
 
 OPTION_KEYS = ("partition", "account", "qos", "time", "nodelist", "constraint",
                "allocation_timeout", "salloc_args", "srun_args")
@@ -71,20 +73,9 @@ def memory_mb(text: str) -> int:
     return max(1, int(float(m.group(1)) * _UNITS_MB[m.group(2)]))
 
 
-def role_resources(spec: Spec, role: str) -> dict[str, Any]:
-    """resources.default overlaid with resources.<role>."""
-    res = dict(spec.resources.get("default", {}))
-    res.update(spec.resources.get(role, {}))
-    return res
-
-
 def _roles(spec: Spec) -> list[tuple[str, int, str]]:
     """(type, index, spec host) of every task, in the plan's start order."""
-    out = [(job, i, a.host) for job in START_ORDER if job in spec.cluster
-           for i, a in enumerate(spec.cluster[job])]
-    if spec.evaluator is not None:
-        out.append(("evaluator", 0, spec.evaluator.host))
-    return out
+    return [(job, i, a.host) for job, i, a in in_start_order(spec.cluster, spec.evaluator)]
 
 
 def slurm_env() -> dict[str, str]:
@@ -116,7 +107,7 @@ def job_state(job_id: str) -> str:
     return m.group(1) if m else "GONE"
 
 
-class SlurmHandle(LocalHandle):
+class SlurmHandle(ProcessHandle):
     """An ``srun`` child of the launcher (in its own process group) running one task as a
     job step."""
 
@@ -218,7 +209,7 @@ class SlurmBackend(Backend):
         per_label: dict[str, dict[str, int]] = {h: {"cpus": 0, "mem": 0, "gpus": 0}
                                                 for h in self.labels}
         for (role, _), label in self.label_of.items():
-            res = role_resources(self.spec, role)
+            res = resources_for(self.spec, role)
             per_label[label]["cpus"] += res.get("cpus", 1)
             per_label[label]["gpus"] += res.get("gpus", 0)
             if "memory" in res:
@@ -246,7 +237,7 @@ class SlurmBackend(Backend):
         return argv + list(o.salloc_args)
 
     def srun_argv(self, task: TaskPlan, job_id: str, node: str) -> list[str]:
-        res = role_resources(self.spec, task.type)
+        res = resources_for(self.spec, task.type)
         argv = ["srun", f"--jobid={job_id}", f"--nodelist={node}", "--nodes=1", "--ntasks=1",
                 "--overlap", f"--job-name={task.type}-{task.index}",
                 f"--cpus-per-task={res.get('cpus', 1) or 1}", "--export=ALL",

@@ -33,8 +33,9 @@ import psutil
 
 from launcher import remote_bootstrap
 from launcher.backends.base import Backend, ProbeResult, TaskHandle
-from launcher.backends.local import die_with_parent
 from launcher.errors import PreflightError, SpecError
+from launcher.plan import JobPlan, TaskPlan
+from launcher.processes import die_with_parent
 from launcher.spec import (
     check_keys,
     expect_bool,
@@ -44,7 +45,6 @@ from launcher.spec import (
     expect_str,
 )
 from launcher.storage_check import probe_python
-from launcher.tf_config import JobPlan, TaskPlan
 
 OPTION_KEYS = ("user", "port", "identity_file", "known_hosts_file", "strict_host_key_checking",
                "connect_timeout", "config_file", "options", "python", "multiplex")

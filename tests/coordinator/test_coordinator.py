@@ -8,7 +8,9 @@ import struct
 
 from tf_writes import FakeTrainer
 
-from orchestrator.coordinator import Coordinator, TaskStatus, newest_event_step
+from orchestrator.coordinator import Coordinator
+from orchestrator.decisions import TaskState
+from orchestrator.tfformats import newest_event_step
 
 
 class Clock:
@@ -19,12 +21,12 @@ class Clock:
         return self.now
 
 
-def cluster(ps_alive: bool = True, trainers_alive: bool = True) -> list[TaskStatus]:
+def cluster(ps_alive: bool = True, trainers_alive: bool = True) -> list[TaskState]:
     return [
-        TaskStatus("ps:0", "ps", "localhost:2222", alive=ps_alive,
+        TaskState("ps:0", "ps", "localhost:2222", alive=ps_alive,
                    exit_status=None if ps_alive else "killed (SIGKILL)"),
-        TaskStatus("chief:0", "chief", "localhost:2223", alive=trainers_alive),
-        TaskStatus("worker:0", "worker", "localhost:2224", alive=trainers_alive),
+        TaskState("chief:0", "chief", "localhost:2223", alive=trainers_alive),
+        TaskState("worker:0", "worker", "localhost:2224", alive=trainers_alive),
     ]
 
 
@@ -64,11 +66,11 @@ def test_a_dead_ps_fails_the_job_at_once_naming_it(storage):
     coord = coordinator(storage, clock, max_steps=1000, stall=300)
     coord.poll_once()
     verdict = coord.judge(cluster(ps_alive=False))
-    assert verdict.action == "fail" and verdict.tasks == ("ps:0",)
+    assert verdict.action == "lost" and verdict.tasks == ("ps:0",)
     assert "ps:0 (localhost:2222) killed (SIGKILL)" in verdict.reason
     assert "chief:0, worker:0" in verdict.reason
     # a ps the launcher stopped itself is not dead; no trainer left: nothing to judge
-    stopped = [TaskStatus("ps:0", "ps", alive=False, stopped=True)] + cluster()[1:]
+    stopped = [TaskState("ps:0", "ps", alive=False, stopped=True)] + cluster()[1:]
     assert coord.judge(stopped) is None
     assert coord.judge(cluster(ps_alive=False, trainers_alive=False)) is None
 
@@ -89,7 +91,7 @@ def test_stall_names_the_silent_tasks_and_a_missing_shard(storage):
     assert coord.judge(cluster()) is None
     clock.now += 2
     coord.poll_once()
-    verdict = coord.judge(cluster() + [TaskStatus("ps:1", "ps")])
+    verdict = coord.judge(cluster() + [TaskState("ps:1", "ps")])
     assert verdict.action == "fail"
     assert verdict.tasks == ("chief:0", "worker:0", "ps:0", "ps:1")
     assert "training stalled" in verdict.reason and "model.ckpt-100" in verdict.reason
@@ -142,7 +144,7 @@ def test_storage_errors_are_kept_not_raised_and_judge_no_stall(tmp_path):
     clock.now += 100
     coord.poll_once()
     assert coord.judge(cluster()) is None            # it cannot see: it does not judge
-    assert coord.judge(cluster(ps_alive=False)).action == "fail"
+    assert coord.judge(cluster(ps_alive=False)).action == "lost"
     (tmp_path / "model" / "checkpoint").rmdir()
     assert coord.poll_once().last_error is None
     assert coord.judge(cluster()).action == "fail"

@@ -4,16 +4,15 @@ by hand; model_dir and the coordinator are real)."""
 from __future__ import annotations
 
 import time
-from types import SimpleNamespace
+from dataclasses import replace
 
 import fsspec
 from tf_writes import FakeTrainer
 
-from launcher.coordination import CoordinatorMonitor
 from launcher.events import EventLog, read_events
-from launcher.job import TaskRun
-from launcher.tf_config import TaskPlan
+from launcher.monitors import CoordinatorMonitor
 from orchestrator.coordinator import Coordinator
+from orchestrator.decisions import TaskState
 
 
 class Lines:
@@ -24,15 +23,10 @@ class Lines:
         self.lines.append(message)
 
 
-def job_with(*names: str, **fields) -> SimpleNamespace:
-    runs = []
-    for name in names:
-        type_, index = name.split(":")
-        run = TaskRun(TaskPlan(type_, int(index), "localhost", 2222 + len(runs), ["x"], {}),
-                      log_path="/dev/null")
-        run.handle = object()   # started
-        runs.append(run)
-    return SimpleNamespace(runs=runs, due={}, restart_count=0, **fields)
+def tasks_of(*names: str) -> list[TaskState]:
+    """Running tasks, as the job loop's snapshot shows them."""
+    return [TaskState(name, name.split(":")[0], f"localhost:{2222 + i}")
+            for i, name in enumerate(names)]
 
 
 def wait_for(predicate, timeout: float = 30.0) -> None:
@@ -48,32 +42,28 @@ def test_monitor_reports_progress_and_ends_the_job(tmp_path):
     console, events = Lines(), EventLog(str(tmp_path / "events.jsonl"))
     coordinator = Coordinator(url, max_steps=200, poll=0.05, stall=600)
     monitor = CoordinatorMonitor(coordinator, console, events, progress_every=0.0)
-    job = job_with("ps:0", "chief:0")
+    tasks = tasks_of("ps:0", "chief:0")
     try:
-        assert monitor.tick(job) is None
+        assert monitor.tick(tasks) is None
         trainer.save(100)
         wait_for(lambda: coordinator.progress().step == 100)
-        assert monitor.tick(job) is None
+        assert monitor.tick(tasks) is None
         assert console.lines[-1].startswith("progress: step 100/200 (50%)")
 
-        ps = job.runs[0]
-        ps.status = -9
-        job.due["ps:0"] = time.monotonic() + 1       # the job loop restarts it
-        assert monitor.tick(job) is None
-        del job.due["ps:0"]                          # ... or it does not
-        decision = monitor.tick(job)
-        assert decision.action == "fail" and "ps:0 (localhost:2222) killed (SIGKILL)" \
+        # a ps the job loop is about to restart shows alive in the snapshot; one it is not
+        dead_ps = replace(tasks[0], alive=False, exit_status="killed (SIGKILL)")
+        decision = monitor.tick([dead_ps, tasks[1]])
+        assert decision.action == "lost" and "ps:0 (localhost:2222) killed (SIGKILL)" \
             in decision.reason
-        assert getattr(decision, "task", "ps:0") == "ps:0"
+        assert decision.task == "ps:0"
 
-        ps.status = None
         trainer.save(200)
         wait_for(lambda: coordinator.progress().step == 200)
-        decision = monitor.tick(job)
+        decision = monitor.tick(tasks)
         assert decision.action == "finish" and "model.ckpt-200" in decision.reason
     finally:
         monitor.close()
     recorded = [(e["event"], e.get("step"), e.get("action")) for e in
                 read_events(str(tmp_path / "events.jsonl"))]
-    assert recorded == [("checkpoint", 100, None), ("coordinator", 100, "fail"),
+    assert recorded == [("checkpoint", 100, None), ("coordinator", 100, "lost"),
                         ("checkpoint", 200, None), ("coordinator", 200, "finish")]

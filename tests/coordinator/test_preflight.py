@@ -14,13 +14,13 @@ from support import PY_TF215, run_launch
 from tf_writes import FakeTrainer
 
 from launcher.backends.local import LocalBackend
-from launcher.coordination import progress_line
 from launcher.errors import PreflightError
 from launcher.events import EventLog, read_events
-from launcher.job import Console
+from launcher.output.console import Console
+from launcher.output.progress import progress_line
+from launcher.plan import build_plan
 from launcher.spec import parse_spec
 from launcher.storage_check import PROBE_PREFIX, already_trained, check_shared_storage
-from launcher.tf_config import build_plan
 from orchestrator.coordinator import Progress
 
 SLEEP = ["-c", "import time; time.sleep(30)"]
@@ -80,7 +80,7 @@ def test_shared_local_storage_passes_and_leaves_nothing(tmp_path):
     lines = []
     console = Console(out=None, err=None)
     console.info = lines.append
-    check_shared_storage(spec, plan, backend, console=console)
+    check_shared_storage(plan, backend, console=console)
     assert lines == [f"model_dir {tmp_path / 'm'}: the same storage for all 3 tasks"]
     assert probes_left(tmp_path / "m") == []
 
@@ -90,7 +90,7 @@ def test_shared_storage_on_s3(s3, tmp_path):
     spec, backend, plan = make({"cluster": {"chief": 1, "ps": 1},
                                 "command": [PY_TF215, *SLEEP], "model_dir": url,
                                 "max_steps": 5, "env": s3.env()})
-    check_shared_storage(spec, plan, backend)
+    check_shared_storage(plan, backend)
     assert not [p for p in s3.filesystem().ls(url) if PROBE_PREFIX in p]
 
 
@@ -102,7 +102,7 @@ def test_a_task_that_cannot_reach_the_s3_server_is_refused(s3, tmp_path):
                                 "env": s3.env()})
     plan.task("ps", 0).env.update(elsewhere_env)     # ps:0's host has other credentials
     with pytest.raises(PreflightError) as err:
-        check_shared_storage(spec, plan, backend)
+        check_shared_storage(plan, backend)
     assert "ps:0 on host localhost" in str(err.value)
     assert "cannot write model_dir" in str(err.value)
     assert "chief:0" not in str(err.value)
@@ -117,7 +117,7 @@ def test_a_finished_model_is_not_trained_again(tmp_path, step, retrain, skip):
     with open(os.devnull, "w") as null:
         console = Console(out=null, err=null)
         events = EventLog(str(tmp_path / "e.jsonl"))
-        assert already_trained(spec, plan, retrain, console, events) is skip
+        assert already_trained(plan, retrain, console, events) is skip
 
 
 def test_progress_line():

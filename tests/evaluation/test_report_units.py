@@ -7,17 +7,18 @@ import json
 
 from support import run_launch
 
-from launcher.metrics_table import metrics_table, render_table
+from launcher.model_dir import ModelDir
+from launcher.output.metrics_table import metrics_table, render_table
 from orchestrator.metrics_file import MetricsRecord, MetricsWriter
 
 
 def test_table_orders_by_step_and_shows_main_metrics(tmp_path):
-    assert metrics_table(str(tmp_path / "no-such-model-dir")) == ""
+    assert metrics_table(ModelDir(str(tmp_path / "no-such-model-dir"))) == ""
     w = MetricsWriter(str(tmp_path))
     w.append(MetricsRecord(200, "m/c-200", "train", {"zeta": 1.0, "loss": 0.4}, 3.0))
     w.append(MetricsRecord(200, "m/c-200", "eval", {"auc": 0.8, "loss": 0.5}, 2.0))
     w.append(MetricsRecord(100, "m/c-100", "eval", {"auc": 0.7, "loss": 0.6}, 1.0))
-    lines = metrics_table(str(tmp_path)).splitlines()
+    lines = metrics_table(ModelDir(str(tmp_path))).splitlines()
     assert lines[0].split() == ["step", "split", "loss", "auc", "zeta"]
     assert [line.split()[:2] for line in lines[1:]] == [["100", "eval"], ["200", "eval"],
                                                        ["200", "train"]]

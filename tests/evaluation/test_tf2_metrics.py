@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pytest
 from support import PY_TF221, REPO, run_launch
 
-from launcher.tfevents import scalars_in_dir
 from orchestrator.metrics_file import read_metrics
+from orchestrator.tfformats import scalars_in_dir
 
 pytestmark = pytest.mark.tf
 JOB = REPO / "tests" / "evaluation" / "tf2_job.py"

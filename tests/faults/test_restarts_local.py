@@ -211,13 +211,15 @@ class LosesPsOnce:
     def __init__(self):
         self.reported = False
 
-    def tick(self, job):
-        from launcher.job import Decision
+    def tick(self, tasks):
+        import time
 
-        ps = job.run_of("ps", 0)
-        if not self.reported and ps.running and ps.duration() > 0.5:
+        from orchestrator.decisions import LOST, Decision
+
+        (ps,) = [t for t in tasks if t.name == "ps:0"]
+        if not self.reported and ps.alive and time.monotonic() - ps.started_at > 0.5:
             self.reported = True
-            return Decision("fail", "ps:0 does not answer", task="ps:0")
+            return Decision(LOST, "ps:0 does not answer", ("ps:0",))
         return None
 
     def close(self):
@@ -226,9 +228,10 @@ class LosesPsOnce:
 
 def test_a_monitor_naming_a_lost_task_goes_through_the_restart_policy(tmp_path):
     from launcher.backends.local import LocalBackend
-    from launcher.job import Console, Job
+    from launcher.job import Job
+    from launcher.output.console import Console
+    from launcher.plan import build_plan
     from launcher.spec import load_spec
-    from launcher.tf_config import build_plan
 
     plan = {"chief": ["forever", "exit 0 after 1"], "worker": ["forever"], "ps": ["forever"]}
     spec = load_spec(str(write_spec(tmp_path, plan, evaluator=None)))
@@ -237,7 +240,7 @@ def test_a_monitor_naming_a_lost_task_goes_through_the_restart_policy(tmp_path):
     out = tmp_path / "console.txt"
     with out.open("w") as console_file:
         job = Job(job_plan, backend, str(tmp_path / "run"), Console(console_file, console_file),
-                  spec.timeouts, [LosesPsOnce()], restart=spec.restart)
+                  [LosesPsOnce()])
         try:
             result = job.run()
         finally:

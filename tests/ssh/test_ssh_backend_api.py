@@ -10,8 +10,8 @@ import time
 from support import PY_TF215
 
 from launcher.backends.ssh import SSHBackend
+from launcher.plan import build_plan
 from launcher.spec import validate
-from launcher.tf_config import build_plan
 
 
 def make_backend(bed, command: list[str]):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import itertools
 import json
 
+from launcher.plan import build_plan
 from launcher.spec import parse_spec
-from launcher.tf_config import build_plan
 
 
 def plan_of(doc: dict, **kwargs):

@@ -3,7 +3,7 @@ PNG and a small self-contained HTML page written into RUN_DIR.
 
 The run directory holds plan.json (which names model_dir), summary.json and the logs. The
 training loss comes from the events files TensorFlow writes into model_dir (read without
-TensorFlow, launcher.tfevents); the evaluation metrics from the evaluator's
+TensorFlow, orchestrator.tfformats); the evaluation metrics from the evaluator's
 ``tfcluster_metrics.jsonl`` (orchestrator.metrics_file): each checkpoint's own values.
 """
 
@@ -18,9 +18,9 @@ import os
 from dataclasses import dataclass, field
 
 from launcher.errors import UsageError
-from launcher.metrics_table import format_value, metric_columns
-from launcher.tfevents import Scalar, scalars_in_dir
+from launcher.output.metrics_table import format_value, metric_columns
 from orchestrator.metrics_file import MetricsRecord, read_metrics
+from orchestrator.tfformats import Scalar, scalars_in_dir
 
 PNG_NAME = "report.png"
 HTML_NAME = "report.html"

@@ -1,16 +1,22 @@
-"""The job plan: one TF_CONFIG, environment and command per task, as plain data."""
+"""The job plan: after the spec, the only input of a run.
+
+One TF_CONFIG, environment and command per task, and everything the run needs to end
+well: timeouts, restart policies, per-task resources, the storage check setting, and
+model_dir as the launcher reads it (launcher/model_dir.py). Plain data: --dry-run --json
+and plan.json show it whole (secrets masked).
+"""
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
 
-from launcher.spec import Address, Spec
+from launcher import model_dir as model_dirs
+from launcher.spec import TIMEOUT_DEFAULTS, Address, RestartPolicy, Spec, resources_for
+from orchestrator.roles import in_start_order
 from orchestrator.steps import derive_max_steps
-
-START_ORDER = ("ps", "chief", "master", "worker", "evaluator")
 
 
 @dataclass
@@ -25,6 +31,7 @@ class TaskPlan:
     env: dict[str, str]
     cwd: str | None = None
     auto_port: bool = False
+    resources: dict[str, Any] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -37,7 +44,8 @@ class TaskPlan:
 
     def to_dict(self) -> dict:
         return {"type": self.type, "index": self.index, "host": self.host, "port": self.port,
-                "command": self.command, "env": self.env, "cwd": self.cwd}
+                "command": self.command, "env": self.env, "cwd": self.cwd,
+                "auto_port": self.auto_port, "resources": self.resources}
 
 
 @dataclass
@@ -50,13 +58,31 @@ class JobPlan:
     max_steps: int | None
     tasks: list[TaskPlan] = field(default_factory=list)
     strategy: str = "estimator"
+    backend: str = "local"
+    timeouts: dict[str, float] = field(default_factory=lambda: dict(TIMEOUT_DEFAULTS))
+    restart: dict[str, RestartPolicy] = field(default_factory=dict)
+    check_storage: bool = True
+    storage: model_dirs.ModelDir | None = None    # model_dir as the launcher reads it
+
+    def __post_init__(self) -> None:
+        if self.storage is None:
+            self.storage = model_dirs.ModelDir(self.model_dir)
 
     def task(self, type_: str, index: int = 0) -> TaskPlan:
         return next(t for t in self.tasks if t.type == type_ and t.index == index)
 
+    @property
+    def synchronous(self) -> bool:
+        """Collective training (MultiWorkerMirroredStrategy): trainers step together."""
+        return self.strategy == "multi_worker_mirrored"
+
     def to_dict(self) -> dict:
         return {"run_id": self.run_id, "name": self.name, "model_dir": self.model_dir,
                 "max_steps": self.max_steps, "strategy": self.strategy,
+                "backend": self.backend, "timeouts": self.timeouts,
+                "restart": {role: asdict(p) for role, p in self.restart.items()},
+                "check_storage": self.check_storage,
+                "storage": self.storage.to_dict() if self.storage else None,
                 "tasks": [t.to_dict() for t in self.tasks]}
 
     def to_json(self) -> str:
@@ -90,6 +116,7 @@ def build_plan(
     command: list[str] | None = None,
     run_id: str | None = None,
     base_env: dict[str, str] | None = None,
+    backend: str | None = None,
 ) -> JobPlan:
     """Resolve hosts and ports and give every task its TF_CONFIG, environment and command.
 
@@ -108,12 +135,7 @@ def build_plan(
             return host, addr.port, False
         return host, port_for(host), True
 
-    roles: list[tuple[str, int, Address]] = [
-        (job, i, a) for job in START_ORDER if job in spec.cluster
-        for i, a in enumerate(spec.cluster[job])
-    ]
-    if spec.evaluator is not None:
-        roles.append(("evaluator", 0, spec.evaluator))
+    roles: list[tuple[str, int, Address]] = in_start_order(spec.cluster, spec.evaluator)
     resolved = {(job, i): resolve(a) for job, i, a in roles}
 
     def fmt(host: str, port: int) -> str:
@@ -144,6 +166,10 @@ def build_plan(
             env["TFCLUSTER_EPOCHS"] = str(spec.epochs)
             env["TFCLUSTER_EXAMPLES"] = str(spec.examples)
             env["TFCLUSTER_BATCH_SIZE"] = str(spec.batch_size)
-        tasks.append(TaskPlan(job, i, host, port, list(argv), env, spec.workdir, auto))
-    return JobPlan(run_id, spec.name, spec.model_dir, max_steps, tasks, spec.strategy)
+        tasks.append(TaskPlan(job, i, host, port, list(argv), env, spec.workdir, auto,
+                              resources_for(spec, job)))
+    return JobPlan(run_id, spec.name, spec.model_dir, max_steps, tasks, spec.strategy,
+                   backend=backend or spec.backend, timeouts=dict(spec.timeouts),
+                   restart=dict(spec.restart), check_storage=spec.check_storage,
+                   storage=model_dirs.resolve(spec.model_dir, spec.workdir, spec.env))
 

@@ -6,7 +6,8 @@ shown at the end of a job and by ``launch report``.
 
 from __future__ import annotations
 
-from orchestrator.metrics_file import MetricsRecord, read_metrics
+from launcher.model_dir import ModelDir
+from orchestrator.metrics_file import MetricsRecord
 
 # Shown first when present, in this order; other metrics follow by name.
 PREFERRED = ("loss", "accuracy", "auc", "average_loss", "precision", "recall", "log_loss")
@@ -47,10 +48,10 @@ def render_table(records: list[MetricsRecord], max_rows: int = MAX_ROWS) -> str:
     return "\n".join(lines)
 
 
-def metrics_table(model_dir: str, max_rows: int = MAX_ROWS) -> str:
+def metrics_table(model_dir: ModelDir, max_rows: int = MAX_ROWS) -> str:
     """The table of a model_dir's metrics file; "" when there is none (or it is empty)."""
     try:
-        records = read_metrics(model_dir)
+        records = model_dir.metrics()
     except Exception:  # unreachable storage must not fail the end of a job
         return ""
     return render_table(records, max_rows)

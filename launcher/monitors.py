@@ -1,0 +1,123 @@
+"""The monitors the job loop ticks: the ``Monitor`` interface, and the coordinator's
+adapter around orchestrator.coordinator.Coordinator.
+
+Every few seconds it prints a progress line (step / max_steps, steps per second, ETA, the
+newest checkpoint, the latest evaluation from ``tfcluster_metrics.jsonl``), writes what it
+sees to the run's event log (``checkpoint``, ``checkpoint_incomplete``, ``coordinator``),
+and ends the job:
+
+- ``finish`` once the newest complete checkpoint reached max_steps: the job loop then lets
+  the trainers end on their own for ``timeouts.finish`` (and the evaluator for
+  ``timeouts.evaluator``) and stops what keeps going (trainers whose input repeats, ps);
+- ``lost`` when a ps died while trainers run (naming it, so a restart policy can act);
+- ``fail`` when no new step or checkpoint came for ``timeouts.stall`` seconds
+  (``timeouts.start`` + ``timeouts.stall`` before the first checkpoint), naming the
+  silent tasks.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from typing import Any, Callable, Protocol
+
+from launcher.events import EventLog
+from launcher.output.console import Console
+from launcher.output.progress import progress_line
+from launcher.plan import JobPlan
+from orchestrator.coordinator import Coordinator, Progress
+from orchestrator.decisions import Decision, TaskState
+
+PROGRESS_EVERY = 5.0     # seconds between progress lines while something changes
+PROGRESS_QUIET = 30.0    # ... and while nothing does
+
+
+class Monitor(Protocol):
+    """Watches the job. ``tick`` gets a snapshot of the tasks on every loop turn, must not
+    block (slow work belongs in the monitor's own thread) and may answer with a Decision:
+    ``finish``, ``fail`` or ``lost`` (orchestrator/decisions.py)."""
+
+    def tick(self, tasks: list[TaskState]) -> Decision | None: ...
+
+    def close(self) -> None: ...
+
+
+class CoordinatorMonitor:
+    """Drives the job loop from model_dir (see the module docstring)."""
+
+    def __init__(self, coordinator: Coordinator, console: Console, events: EventLog,
+                 progress_every: float = PROGRESS_EVERY,
+                 clock: Callable[[], float] = time.monotonic):
+        self.coordinator = coordinator
+        self.console = console
+        self.events = events
+        self.progress_every = progress_every
+        self.clock = clock
+        self._started: float | None = None
+        self._last_line = ("", 0.0)
+        self._decided: tuple[str, str] | None = None
+        self._restarts = 0
+        # What the coordinator's thread saw, written out by tick() on the job loop's
+        # thread: every event lands between job_started and job_ended.
+        self._seen: collections.deque = collections.deque()
+        coordinator.on_change = self._note
+
+    def _note(self, event: str, fields: dict[str, Any]) -> None:
+        self._seen.append((event, fields))
+
+    def _flush(self) -> None:
+        while self._seen:
+            event, fields = self._seen.popleft()
+            self.events.write(event, **fields)
+            if event == "checkpoint_incomplete":
+                self.console.info(f"checkpoint {fields['name']} is incomplete: missing "
+                                  f"{', '.join(fields['missing'])}")
+
+    def tick(self, tasks: list[TaskState]) -> Decision | None:
+        now = self.clock()
+        if self._started is None:
+            self._started = now
+            self.coordinator.start()
+        self._flush()
+        restarts = sum(t.restarts for t in tasks)
+        if restarts != self._restarts:
+            self._restarts = restarts
+            self.coordinator.note_restart()
+        p = self.coordinator.progress()
+        self._maybe_print(p, now)
+        decision = self.coordinator.judge(tasks)
+        if decision is None:
+            return None
+        if self._decided != (decision.action, decision.reason):
+            self._decided = (decision.action, decision.reason)
+            self.events.write("coordinator", action=decision.action, reason=decision.reason,
+                              tasks=list(decision.tasks), step=p.step,
+                              checkpoint=p.checkpoint.name if p.checkpoint else None)
+        return decision
+
+    def _maybe_print(self, p: Progress, now: float) -> None:
+        last, at = self._last_line
+        if now - at < self.progress_every:
+            return
+        line = progress_line(p, now - (self._started or now), self._restarts)
+        if line != last or now - at >= PROGRESS_QUIET:
+            self.console.info(line)
+            self._last_line = (line, now)
+
+    def close(self) -> None:
+        self.coordinator.stop()
+        if self._started is None:
+            return
+        p = self.coordinator.progress()     # no new poll: job_ended is the last event
+        if p.max_steps is not None and p.step is not None and p.step < p.max_steps:
+            self.console.info(f"note: the newest complete checkpoint is at step {p.step}, "
+                              f"short of max_steps {p.max_steps}")
+
+
+def coordinator_monitor(plan: JobPlan, console: Console, events: EventLog) -> CoordinatorMonitor:
+    """The coordinator's monitor for a plan: it reads model_dir as the plan resolved it."""
+    t = plan.timeouts
+    coordinator = Coordinator(plan.storage.url, max_steps=plan.max_steps, poll=t["poll"],
+                              stall=t["stall"], startup=t["start"],
+                              reader=plan.storage.reader())
+    return CoordinatorMonitor(coordinator, console, events)

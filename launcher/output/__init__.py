@@ -1,0 +1,2 @@
+"""Everything the launcher shows a person: the console, the progress line, the closing
+summary, the metrics table and the report."""

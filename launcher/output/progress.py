@@ -1,0 +1,48 @@
+"""The progress line: where training stands, in one line the console prints every few
+seconds while something changes."""
+
+from __future__ import annotations
+
+from orchestrator.coordinator import Progress
+
+FIRST_METRICS = ("loss", "accuracy", "auc")   # shown first in the progress line
+
+
+def _duration(secs: float) -> str:
+    secs = int(round(secs))
+    if secs < 60:
+        return f"{secs}s"
+    if secs < 3600:
+        return f"{secs // 60}m{secs % 60:02d}s"
+    return f"{secs // 3600}h{secs % 3600 // 60:02d}m"
+
+
+def progress_line(p: Progress, waited: float, restarts: int = 0) -> str:
+    """One line: where training stands (the step from the events file when it is ahead of
+    the newest complete checkpoint), and how many restarts it took so far."""
+    ckpt, step = p.checkpoint, p.latest_step
+    if step is None:
+        line = (f"checkpoint {ckpt.name} (save {ckpt.number}; TF2 names count saves, not steps)"
+                if ckpt else f"waiting for the first checkpoint ({_duration(waited)})")
+    else:
+        total = f"/{p.max_steps} ({100 * min(step, p.max_steps) // p.max_steps}%)" \
+            if p.max_steps else ""
+        line = f"step {step}{total}"
+        if p.steps_per_sec is not None:
+            line += f", {p.steps_per_sec:.1f} steps/s"
+        if p.eta_secs is not None and not p.reached_max_steps:
+            line += f", ETA {_duration(p.eta_secs)}"
+        line += f", checkpoint {ckpt.name}" if ckpt else ", no complete checkpoint yet"
+    if p.latest_eval:
+        ev = p.latest_eval
+        shown = sorted(ev.get("metrics", {}).items(),
+                       key=lambda kv: (FIRST_METRICS.index(kv[0])
+                                       if kv[0] in FIRST_METRICS else len(FIRST_METRICS), kv[0]))
+        metrics = ", ".join(f"{k}={v:.4g}" if isinstance(v, (int, float)) else f"{k}={v}"
+                            for k, v in shown[:4])
+        line += f"; eval at step {ev.get('step')}: {metrics}"
+    if restarts:
+        line += f"; {restarts} restart{'s' if restarts > 1 else ''}"
+    if p.last_error:
+        line += f" [model_dir not readable: {p.last_error}]"
+    return f"progress: {line}"

@@ -1,0 +1,49 @@
+"""One vocabulary for what the job loop is told and decides, and the task snapshot monitors
+judge from. Plain data, no launcher import.
+
+A monitor (the coordinator, a liveness probe) looks at a ``TaskState`` snapshot of every
+task and may answer with a ``Decision``:
+- ``finish``: training is done (max_steps reached); the job loop lets the tasks end;
+- ``fail``: the job cannot go on (a stall), naming the silent tasks;
+- ``lost``: these tasks are gone or unreachable although their processes may exist; the
+  restart policies (launcher/restarts.py, the one judge of a lost task) decide what that
+  means: restart the task, restart the cluster, or fail.
+The restart policies answer an exit or a loss with ``ignore``, ``restart`` (``scope`` task
+or cluster, after ``delay`` s, restart number ``attempt``) or ``fail``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+FINISH, FAIL, LOST, RESTART, IGNORE = "finish", "fail", "lost", "restart", "ignore"
+TASK, CLUSTER = "task", "cluster"     # restart the lost task alone, or every task
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str                   # FINISH, FAIL, LOST, RESTART or IGNORE
+    reason: str                   # the line shown to the user
+    tasks: tuple[str, ...] = ()   # the tasks it is about ("ps:0")
+    scope: str = TASK             # RESTART: the task alone or the whole cluster
+    delay: float = 0.0            # RESTART: seconds before it starts again
+    attempt: int = 0              # RESTART: restart number of the task that caused it
+
+    @property
+    def task(self) -> str | None:
+        """The one task the decision names, if it names exactly one."""
+        return self.tasks[0] if len(self.tasks) == 1 else None
+
+
+@dataclass(frozen=True)
+class TaskState:
+    """One task as the job loop sees it at one moment (what monitors judge from)."""
+
+    name: str                  # "ps:0"
+    type: str                  # "ps"
+    address: str = ""          # "host:port"
+    alive: bool = True         # running, or about to be restarted (its policy acted)
+    exit_status: str | None = None  # how it ended, in words ("killed (SIGKILL)", "1")
+    stopped: bool = False      # ended because the launcher stopped it
+    restarts: int = 0          # times the job loop started it again
+    started_at: float | None = None  # job-loop clock time of its latest start

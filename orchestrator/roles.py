@@ -1,0 +1,41 @@
+"""TensorFlow's roles, defined once: job names, who trains, the start order, the primary.
+
+Plain data, no launcher import: the spec parser, the plan, the backends, the job loop and
+the coordinator all take their roles from here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TypeVar
+
+JOB_NAMES = ("chief", "master", "worker", "ps")   # what TF_CONFIG["cluster"] may hold
+ROLES = JOB_NAMES + ("evaluator",)                 # the evaluator stays outside the cluster
+TRAINERS = ("chief", "master", "worker")           # tasks that run training steps
+START_ORDER = ("ps", "chief", "master", "worker", "evaluator")
+PRIMARY_ORDER = ("chief", "master", "worker")      # whose exit 0 means "training finished"
+
+T = TypeVar("T")
+
+
+def in_start_order(cluster: Mapping[str, Sequence[T]],
+                   evaluator: T | None = None) -> list[tuple[str, int, T]]:
+    """(job, index, entry) of every task, in the order tasks start: ps first (trainers
+    wait for them), then chief, workers, and the evaluator last."""
+    out = [(job, i, entry) for job in START_ORDER if job in cluster
+           for i, entry in enumerate(cluster[job])]
+    if evaluator is not None:
+        out.append(("evaluator", 0, evaluator))
+    return out
+
+
+def primary_type(jobs: Iterable[str]) -> str | None:
+    """The job whose task 0 is the primary: chief, else master, else worker."""
+    present = set(jobs)
+    return next((job for job in PRIMARY_ORDER if job in present), None)
+
+
+def trainer_jobs(strategy: str) -> tuple[str, ...]:
+    """The jobs that read training data, in shard order. Under ParameterServerStrategy the
+    chief only coordinates: the workers alone read."""
+    return ("worker",) if strategy == "parameter_server" else TRAINERS
