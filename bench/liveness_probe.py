@@ -30,7 +30,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO)]
 
 from launcher.backends.local import free_port  # noqa: E402
-from launcher.liveness import PROBE_PERIOD, GrpcProber, LivenessMonitor, wait_ready  # noqa: E402
+from launcher.liveness import PROBE_PERIOD, GrpcProber, LivenessMonitor  # noqa: E402
+from orchestrator.decisions import TaskState  # noqa: E402
 
 PY_TF215 = str(REPO / ".venv" / "bin" / "python")
 SERVERS = """
@@ -73,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     prober = GrpcProber()
     try:
         t0 = time.monotonic()
-        wait_ready({a: a for a in addresses}, prober, timeout=120)
+        while not all(a.ok for a in prober.ask_all(addresses).values()):
+            time.sleep(0.1)
         print(f"{args.tasks} TF servers answering after {time.monotonic() - t0:.1f}s")
         prober.ask_all(addresses)
         wall, cpu = cpu_per_poll(prober, addresses, args.polls)
@@ -91,13 +93,15 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.runs):
             monitor = LivenessMonitor(args.unresponsive, prober=GrpcProber())
             start = time.monotonic()
-            monitor.update({a: (a, start) for a in addresses})
-            while not all(w.answered_at for w in monitor.liveness._watched.values()):
+            tasks = [TaskState(f"worker:{i}", "worker", a, started_at=start, running=True)
+                     for i, a in enumerate(addresses)]
+            monitor.tick(tasks)
+            while not all(monitor.answered(t.name, start) for t in tasks):
                 time.sleep(0.05)
             time.sleep(PROBE_PERIOD * (len(detections) + 1) / (args.runs + 1))  # any phase
             os.killpg(proc.pid, signal.SIGSTOP)
             frozen = time.monotonic()
-            while not monitor.take_lost():
+            while monitor.tick(tasks) is None:
                 time.sleep(0.05)
             detections.append(time.monotonic() - frozen)
             monitor.close()

@@ -176,11 +176,17 @@ def default_run_dir(spec, run_id: str) -> str:
     return os.path.join(base, run_id)
 
 
-def monitors_for(plan, job_console, events) -> list:
-    """The monitors that watch a job: the coordinator (launcher/monitors.py)."""
+def monitors_for(plan, job_console, events, backend=None) -> list:
+    """The monitors that watch a job: the coordinator (launcher/monitors.py) and, where the
+    backend can reach the tasks, the liveness probe (launcher/liveness.py), which is also
+    the job's readiness gate."""
+    from launcher.liveness import liveness_monitor
     from launcher.monitors import coordinator_monitor
 
-    return [coordinator_monitor(plan, job_console, events)]
+    liveness = liveness_monitor(plan, backend, events) if backend is not None else None
+    coordinator = coordinator_monitor(plan, job_console, events,
+                                      liveness.not_answering if liveness else None)
+    return [coordinator] + ([liveness] if liveness else [])
 
 
 def execute(spec, backend, plan, command, args) -> int:
@@ -200,8 +206,9 @@ def execute(spec, backend, plan, command, args) -> int:
             return 0    # model_dir already holds a checkpoint at max_steps
         _write_plan(run_dir, plan)
         for attempt in range(MAX_PORT_RETRIES + 1):
-            job = Job(plan, backend, run_dir, console, monitors_for(plan, console, events),
-                      events)
+            monitors = monitors_for(plan, console, events, backend)
+            gate = next((m for m in monitors if hasattr(m, "answered")), None)
+            job = Job(plan, backend, run_dir, console, monitors, events, gate=gate)
             try:
                 result = job.run()
                 break

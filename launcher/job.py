@@ -12,6 +12,12 @@ Policy lives here, mechanism in the backends. The end of a job:
   stopped and the failing task's last lines are shown;
 - Ctrl-C or SIGTERM to the launcher stops every task.
 
+Readiness: with a ``gate`` (the liveness monitor, launcher/liveness.py), the trainers start
+only once every ps answered TensorFlow's gRPC since its (re)start; a ps silent for
+``timeouts.start`` fails the job (exit 1) naming it, trainers never started. A task a
+monitor reports ``lost`` gets SIGKILL at once (a frozen process does not act on SIGTERM)
+before its restart policy is applied.
+
 Monitors see a snapshot of the tasks (orchestrator.decisions.TaskState), never the Job, and
 answer in the one decision vocabulary (orchestrator.decisions.Decision). Time comes from an
 injected clock and the loop waits through an injected ``wait``, so the rules are tested
@@ -26,7 +32,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from launcher.backends.base import Backend, TaskHandle
 from launcher.events import EventLog
@@ -92,6 +98,14 @@ class JobResult:
     duration: float
 
 
+class Gate(Protocol):
+    """Says whether a task answered since its start (the liveness monitor does)."""
+
+    def answered(self, name: str, since: float | None) -> bool: ...
+
+    def not_ready_reason(self, name: str, address: str) -> str: ...
+
+
 class PortConflict(Exception):
     """A task could not bind the port the launcher picked for it (a race with another
     process): the caller re-plans with new ports and starts again."""
@@ -103,7 +117,7 @@ class Job:
     def __init__(self, plan: JobPlan, backend: Backend, run_dir: str, console: Console,
                  monitors: list[Monitor] | None = None, events: EventLog | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 wait: Callable[[float], object] | None = None):
+                 wait: Callable[[float], object] | None = None, gate: Gate | None = None):
         self.plan = plan
         self.backend = backend
         self.run_dir = run_dir
@@ -122,6 +136,8 @@ class Job:
         self.wake = threading.Event()  # set when a task's output ends: it is likely exiting
         self.restarts = RestartBook(dict(plan.restart), synchronous=plan.synchronous)
         self.due: dict[str, float] = {}     # task name -> when its restart is due
+        self.gate = gate
+        self.held: list[TaskRun] = []       # trainers waiting for every ps to answer
         self._ended: list[TaskRun] = []     # reaped, not yet judged
 
     # ------------------------------------------------------------------ queries
@@ -154,7 +170,7 @@ class Job:
             out.append(TaskState(run.name, run.task.type, run.task.address, alive=not ended,
                                  exit_status=run.status_text() if ended else None,
                                  stopped=run.stopped, restarts=run.restarts,
-                                 started_at=run.started))
+                                 started_at=run.started, running=run.running))
         return out
 
     def _wait_for_wake(self, secs: float) -> None:
@@ -211,16 +227,19 @@ class Job:
         ended, self._ended = self._ended, []
         return ended
 
-    def stop(self, runs: list[TaskRun], reason: str) -> None:
-        """SIGTERM, then SIGKILL after ``timeouts.kill``; wait until every one is gone."""
+    def stop(self, runs: list[TaskRun], reason: str, kill: bool = False) -> None:
+        """SIGTERM, then SIGKILL after ``timeouts.kill`` (at once with ``kill``); wait until
+        every one is gone."""
         runs = [r for r in runs if r.running]
         if not runs:
             return
-        self.events.write("stopping", tasks=[r.name for r in runs], reason=reason)
+        self.events.write("stopping", tasks=[r.name for r in runs], reason=reason,
+                          signal="SIGKILL" if kill else "SIGTERM")
         for run in runs:
             run.stopped = True
-            run.handle.terminate()
-        deadline = self.clock() + self.timeouts.get("kill", 5.0)
+            if not kill:
+                run.handle.terminate()
+        deadline = self.clock() + (0.0 if kill else self.timeouts.get("kill", 5.0))
         while any(r.running for r in runs) and self.clock() < deadline:
             self.wait(0.02)
             self._reap()
@@ -250,8 +269,14 @@ class Job:
         for run in self.runs:
             if self.interrupted:
                 break
-            self.start_task(run)
-        self.console.info(f"started {len(self.runs)} tasks; logs in {self.run_dir}/logs")
+            if run.task.type in TRAINERS and self._waiting_for_ps():
+                self.held.append(run)
+            else:
+                self.start_task(run)
+        started = len(self.runs) - len(self.held)
+        self.console.info(f"started {started} tasks; logs in {self.run_dir}/logs" +
+                          (f" (the {len(self.held)} trainers start once every ps answers "
+                           f"TensorFlow's gRPC)" if self.held else ""))
         while True:
             if self.interrupted:
                 name = signal.Signals(self.interrupted).name
@@ -279,6 +304,9 @@ class Job:
                 self.console.info(f"{primary.name} finished; waiting for the others to end")
             if self.training_done_at is not None and self._ended_well(self.training_done_at):
                 return self._finish(0, "training finished and every task ended")
+            failure = self._release_held()
+            if failure:
+                return self._finish(1, failure)
             self._start_due()
             self.wait(0.05)
 
@@ -302,10 +330,38 @@ class Job:
             return decision.reason
         if run.name in self.due:
             return None     # already being restarted
+        self.stop([run], decision.reason, kill=True)    # lost: it may be frozen
         verdict = self.restarts.judge_lost(run.task.type, run.name, decision.reason)
-        if verdict.action != FAIL:
-            self.stop([run], decision.reason)
         return self._apply(verdict, run)
+
+    def _waiting_for_ps(self) -> list[TaskRun]:
+        """The ps the trainers wait for: not running, or not answered since its start."""
+        if self.gate is None:
+            return []
+        return [r for r in self.runs if r.task.type == "ps" and
+                not (r.running and self.gate.answered(r.name, r.started))]
+
+    def _release_held(self) -> str | None:
+        """Start the held trainers once every ps answered; the reason to fail when a ps
+        did not answer within ``timeouts.start`` while trainers wait for it."""
+        self.held = [r for r in self.held if r.name not in self.due]  # a cluster restart
+        waiting = self.held or [r for r in self.runs if r.task.type in TRAINERS and
+                                self.due.get(r.name, float("inf")) <= self.clock()]
+        if not waiting or self.interrupted:
+            return None
+        silent = self._waiting_for_ps()
+        for ps in silent:
+            if ps.running and self.clock() - ps.started >= self.timeouts["start"]:
+                return self.gate.not_ready_reason(ps.name, ps.task.address)
+        if silent or not self.held:
+            return None
+        self.events.write("ps_ready", tasks=[r.name for r in self.runs if r.task.type == "ps"],
+                          waited=round(self.clock() - self.started, 3))
+        self.console.info("every ps answers TensorFlow's gRPC; starting the trainers")
+        held, self.held = self.held, []
+        for run in held:
+            self.start_task(run)
+        return None
 
     def _apply(self, verdict: Decision, run: TaskRun) -> str | None:
         """Carry out a restart decision; return the reason when the job must fail."""
@@ -333,6 +389,8 @@ class Job:
             self.due = {n: t for n, t in self.due.items() if n.startswith("evaluator")}
         for run in self.runs:
             if run.name in self.due and self.due[run.name] <= now and not self.interrupted:
+                if run.task.type in TRAINERS and self._waiting_for_ps():
+                    continue    # until the restarted ps answer (see _release_held)
                 del self.due[run.name]
                 run.restarts += 1
                 run.tail.clear()

@@ -8,13 +8,14 @@ once (UNAVAILABLE) when nothing listens there yet.
 
 - ``GrpcProber`` asks many addresses at once (one channel per address, kept between polls),
   so a poll takes at most one deadline however many tasks are silent.
-- ``wait_ready`` (readiness): poll until every given task answered, within a timeout;
-  ``NotReady`` names the first one that never did.
 - ``Liveness`` (rules, no I/O, injected clock): a task that answered once since it started
   and then has not answered for ``unresponsive`` seconds is lost; one that never answered
-  is still starting (importing TensorFlow), never lost.
-- ``LivenessMonitor``: probes every task with a TF server every ``period`` seconds in a
-  thread of its own and tells the job loop, which never waits for it, which task is lost.
+  is still starting (importing TensorFlow), never lost. A task is asked every
+  ``READY_PERIOD`` s until it first answered (for the first ``timeouts.start`` s), then
+  every ``period`` s.
+- ``LivenessMonitor`` (a job-loop monitor): probes every running task with a TF server in a
+  thread of its own, answers ``lost`` for a task gone silent, and is the job loop's
+  readiness gate (``answered``): trainers start once every ps answered since its start.
 
 Backends whose tasks the launcher cannot reach (Kubernetes, from outside the cluster) set
 ``Backend.reachable = False``: there the job relies on the engine's state alone.
@@ -28,18 +29,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
+from orchestrator.decisions import LOST, Decision, TaskState
+
 GET_STATUS = "/tensorflow.WorkerService/GetStatus"
 SERVER_ROLES = ("ps", "chief", "master", "worker")   # the evaluator runs no TF server
 PROBE_PERIOD = 2.0        # seconds between liveness polls
 PROBE_DEADLINE = 1.0      # seconds one GetStatus call may take
-READY_PERIOD = 0.1        # seconds between readiness polls
+READY_PERIOD = 0.2        # seconds between probes of a task that has not answered yet
 # No proxy (grpcio honours http_proxy), and a short reconnect backoff so a task that starts
 # listening is seen within a second instead of after grpc's default backoff (up to 120 s).
 CHANNEL_OPTIONS = (
     ("grpc.enable_http_proxy", 0),
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1000),
+    ("grpc.max_reconnect_backoff_ms", 500),
 )
 
 
@@ -119,52 +122,17 @@ class GrpcProber:
             channel.close()
 
 
-# --------------------------------------------------------------------------- readiness
-class NotReady(Exception):
-    """A task did not answer TensorFlow's gRPC within the readiness timeout."""
-
-    def __init__(self, task: str, address: str, waited: float, code: str):
-        self.task, self.address, self.waited, self.code = task, address, waited, code
-        super().__init__(f"{task} ({address}) did not answer TensorFlow's gRPC within "
-                         f"timeouts.start = {waited:g} s (last answer: {code}); trainers "
-                         f"not started: is its command starting a TensorFlow server?")
+# --------------------------------------------------------------------------- rules
+def lost_reason(name: str, address: str, unresponsive: float) -> str:
+    return f"{name} ({address}) has not answered TensorFlow's gRPC for {unresponsive:g} s"
 
 
-def wait_ready(targets: dict[str, str], prober: Prober, timeout: float, *,
-               clock: Callable[[], float] = time.monotonic,
-               sleep: Callable[[float], None] = time.sleep,
-               check: Callable[[], None] | None = None,
-               period: float = READY_PERIOD) -> dict[str, float]:
-    """Poll ``targets`` (task name -> address) until each answered; return the clock time at
-    which each first answered. ``check`` runs between polls and may raise to abandon the
-    wait (a task exited, the launcher was interrupted). Raises NotReady for the first task
-    still silent after ``timeout`` seconds."""
-    started = clock()
-    pending = dict(targets)
-    answered: dict[str, float] = {}
-    last: dict[str, str] = {}
-    while pending:
-        answers = prober.ask_all(pending.values())
-        now = clock()
-        for name, address in list(pending.items()):
-            answer = answers.get(address)
-            if answer is not None and answer.ok:
-                answered[name] = now
-                del pending[name]
-            else:
-                last[name] = answer.code if answer else "no answer"
-        if not pending:
-            break
-        if check is not None:
-            check()
-        if now - started >= timeout:
-            name, address = next(iter(pending.items()))
-            raise NotReady(name, address, timeout, last.get(name, "no answer"))
-        sleep(period)
-    return answered
+def not_ready_reason(name: str, address: str, waited: float, code: str) -> str:
+    return (f"{name} ({address}) did not answer TensorFlow's gRPC within timeouts.start = "
+            f"{waited:g} s (last probe: {code}); trainers not started (does its command run "
+            f"a TensorFlow server? timeouts.unresponsive = 0 turns the gRPC checks off)")
 
 
-# --------------------------------------------------------------------------- liveness
 @dataclass
 class Watched:
     """One running task with a TF server, since its last start."""
@@ -174,7 +142,8 @@ class Watched:
     since: float                      # when it started (the generation of this watch)
     answered_at: float | None = None  # its last answer
     first_answer: float | None = None
-    code: str = "not asked"           # the last probe's outcome
+    asked_at: float | None = None     # the last probe sent
+    code: str = "not asked yet"       # the last probe's outcome
 
     @property
     def answering(self) -> bool:
@@ -190,15 +159,14 @@ class Lost:
     code: str             # the last probe's outcome
 
 
-def lost_reason(name: str, address: str, unresponsive: float) -> str:
-    return f"{name} ({address}) has not answered TensorFlow's gRPC for {unresponsive:g} s"
-
-
 class Liveness:
     """The rules (see the module docstring); thread-safe, clock injected."""
 
-    def __init__(self, unresponsive: float, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, unresponsive: float, period: float = PROBE_PERIOD,
+                 startup: float = 60.0, clock: Callable[[], float] = time.monotonic):
         self.unresponsive = unresponsive
+        self.period = period
+        self.startup = startup
         self.clock = clock
         self._watched: dict[str, Watched] = {}
         self._lock = threading.Lock()
@@ -216,9 +184,19 @@ class Liveness:
                     self._watched[name] = Watched(name, address, since)
             return gone
 
-    def targets(self) -> dict[str, str]:
+    def due(self, now: float | None = None) -> dict[str, str]:
+        """The tasks to ask now (name -> address): one not answered yet every
+        READY_PERIOD s during its first ``startup`` s, every ``period`` s otherwise."""
+        now = self.clock() if now is None else now
         with self._lock:
-            return {n: w.address for n, w in self._watched.items()}
+            out = {}
+            for w in self._watched.values():
+                fast = w.first_answer is None and now - w.since < self.startup
+                every = READY_PERIOD if fast else self.period
+                if w.asked_at is None or now - w.asked_at >= every - 1e-6:
+                    out[w.name] = w.address
+                    w.asked_at = now
+            return out
 
     def record(self, answers: dict[str, Answer], at: float | None = None) -> list[Watched]:
         """Note one poll's answers (task name -> Answer); return the tasks that answered
@@ -247,94 +225,132 @@ class Liveness:
                     if w.answered_at is not None and not w.answering
                     and now - w.answered_at >= self.unresponsive]
 
-    def not_answering(self) -> list[Watched]:
+    def answered(self, name: str, since: float | None) -> bool:
+        """Whether ``name``, started at ``since``, answered since then."""
+        with self._lock:
+            w = self._watched.get(name)
+            return w is not None and w.since == since and w.first_answer is not None
+
+    def last_code(self, name: str) -> str:
+        with self._lock:
+            w = self._watched.get(name)
+            return w.code if w is not None else "not asked yet"
+
+    def not_answering(self) -> list[str]:
         """Tasks that answered once and did not answer the last probe."""
         with self._lock:
-            return [w for w in self._watched.values()
+            return [w.name for w in self._watched.values()
                     if w.answered_at is not None and not w.answering]
 
 
+# --------------------------------------------------------------------------- monitor
 class LivenessMonitor:
-    """Probes the running tasks' TF servers in its own thread (see the module docstring).
+    """The job loop's liveness monitor and readiness gate (see the module docstring).
 
-    ``update(targets)`` (from the job loop's thread) says which tasks run now;
-    ``take_lost()`` returns each newly lost task once; ``take_events()`` the events seen
-    since the last call (first answers, losses) for the job's event log."""
+    ``tick`` (the job loop's thread) hands the running tasks to the probe thread, writes
+    what it saw to the event log (``task_answering``: first answer after a start, with the
+    seconds it took; ``task_unresponsive``) and answers ``lost`` once per start of a task
+    gone silent. ``poll_once`` is one round of the probe thread (tests call it directly
+    with ``threaded=False``)."""
 
-    def __init__(self, unresponsive: float, period: float = PROBE_PERIOD,
-                 prober: Prober | None = None, clock: Callable[[], float] = time.monotonic):
-        self.period = period
-        self.liveness = Liveness(unresponsive, clock)
+    def __init__(self, unresponsive: float, events=None, *, period: float = PROBE_PERIOD,
+                 startup: float = 60.0, prober: Prober | None = None,
+                 clock: Callable[[], float] = time.monotonic, threaded: bool = True):
+        self.liveness = Liveness(unresponsive, period, startup, clock)
+        self.events = events
         self.prober = prober
         self.clock = clock
+        self.threaded = threaded
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._reported: set[tuple[str, float]] = set()
-        self._events: list[tuple[str, dict[str, Any]]] = []
+        self._seen: list[tuple[str, dict[str, Any]]] = []
         self._lock = threading.Lock()
         self.polls = 0
 
-    def update(self, targets: dict[str, tuple[str, float]]) -> None:
+    # ---------------------------------------------------------------- job loop side
+    def tick(self, tasks: list[TaskState]) -> Decision | None:
+        targets = {t.name: (t.address, t.started_at) for t in tasks
+                   if t.type in SERVER_ROLES and t.running and not t.stopped
+                   and t.started_at is not None}
         for gone in self.liveness.watch(targets):
             if self.prober is not None:
                 self.prober.forget(gone.address)
-        if self._thread is None:
-            if self.prober is None:
-                self.prober = GrpcProber()
+        if self.threaded and self._thread is None and targets:
             self._thread = threading.Thread(target=self._loop, name="liveness", daemon=True)
             self._thread.start()
-
-    def poll_once(self) -> None:
-        targets = self.liveness.targets()
-        if not targets or self.prober is None:
-            return
-        answers = self.prober.ask_all(targets.values())
-        at = self.clock()
-        by_name = {n: answers[a] for n, a in targets.items() if a in answers}
-        first = self.liveness.record(by_name, at)
-        self.polls += 1
-        with self._lock:
-            for w in first:
-                self._events.append(("task_answering", {
-                    "task": w.name, "address": w.address,
-                    "after": round(at - w.since, 3)}))
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            began = time.monotonic()
-            try:
-                self.poll_once()
-            except Exception as e:  # noqa: BLE001 - never let a probe error end the thread
-                with self._lock:
-                    self._events.append(("liveness_error", {"error": f"{type(e).__name__}: "
-                                                                     f"{e}"}))
-            self._stop.wait(max(0.0, self.period - (time.monotonic() - began)))
-
-    def take_lost(self) -> list[Lost]:
-        out = []
+        decision = None
         for lost in self.liveness.lost():
-            key = (lost.name, lost.since)
-            if key in self._reported:
+            if (lost.name, lost.since) in self._reported:
                 continue
-            self._reported.add(key)
-            out.append(lost)
-            with self._lock:
-                self._events.append(("task_unresponsive", {
-                    "task": lost.name, "address": lost.address, "code": lost.code,
-                    "silent_for": round(lost.silent_for, 3)}))
-        return out
+            self._reported.add((lost.name, lost.since))
+            self._note("task_unresponsive", task=lost.name, address=lost.address,
+                       code=lost.code, silent_for=round(lost.silent_for, 3))
+            decision = Decision(LOST, self.reason(lost), (lost.name,))
+            break       # one per turn: the next turn sees what the job loop did
+        self._flush()
+        return decision
 
-    def take_events(self) -> list[tuple[str, dict[str, Any]]]:
-        with self._lock:
-            events, self._events = self._events, []
-        return events
+    def answered(self, name: str, since: float | None) -> bool:
+        return self.liveness.answered(name, since)
+
+    def not_ready_reason(self, name: str, address: str) -> str:
+        return not_ready_reason(name, address, self.liveness.startup,
+                                self.liveness.last_code(name))
+
+    def not_answering(self) -> list[str]:
+        return self.liveness.not_answering()
 
     def reason(self, lost: Lost) -> str:
         return lost_reason(lost.name, lost.address, self.liveness.unresponsive)
 
+    def _note(self, event: str, **fields: Any) -> None:
+        with self._lock:
+            self._seen.append((event, fields))
+
+    def _flush(self) -> None:
+        with self._lock:
+            seen, self._seen = self._seen, []
+        if self.events is not None:
+            for event, fields in seen:
+                self.events.write(event, **fields)
+
+    # ---------------------------------------------------------------- probe thread side
+    def poll_once(self) -> None:
+        targets = self.liveness.due()
+        if not targets:
+            return
+        if self.prober is None:
+            self.prober = GrpcProber()
+        answers = self.prober.ask_all(targets.values())
+        at = self.clock()
+        by_name = {n: answers[a] for n, a in targets.items() if a in answers}
+        for w in self.liveness.record(by_name, at):
+            self._note("task_answering", task=w.name, address=w.address,
+                       after=round(at - w.since, 3))
+        self.polls += 1
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.poll_once()
+            except Exception as e:  # noqa: BLE001 - a probe error must not end the thread
+                self._note("liveness_error", error=f"{type(e).__name__}: {e}")
+            self._stop.wait(READY_PERIOD)
+
     def close(self) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=self.period + PROBE_DEADLINE + 5)
+            self._thread.join(timeout=PROBE_DEADLINE + 5)
         if self.prober is not None:
             self.prober.close()
+
+
+def liveness_monitor(plan, backend, events=None) -> LivenessMonitor | None:
+    """The liveness monitor for a plan, or None: the backend cannot reach its tasks
+    (Kubernetes from outside: the engine's state alone), or ``timeouts.unresponsive`` is 0
+    (gRPC checks off)."""
+    unresponsive = plan.timeouts.get("unresponsive", 0)
+    if not getattr(backend, "reachable", True) or unresponsive <= 0:
+        return None
+    return LivenessMonitor(unresponsive, events, startup=plan.timeouts["start"])

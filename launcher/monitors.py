@@ -47,12 +47,14 @@ class CoordinatorMonitor:
 
     def __init__(self, coordinator: Coordinator, console: Console, events: EventLog,
                  progress_every: float = PROGRESS_EVERY,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic,
+                 not_answering: Callable[[], list[str]] | None = None):
         self.coordinator = coordinator
         self.console = console
         self.events = events
         self.progress_every = progress_every
         self.clock = clock
+        self.not_answering = not_answering    # tasks silent on gRPC (launcher/liveness.py)
         self._started: float | None = None
         self._last_line = ("", 0.0)
         self._decided: tuple[str, str] | None = None
@@ -99,7 +101,8 @@ class CoordinatorMonitor:
         last, at = self._last_line
         if now - at < self.progress_every:
             return
-        line = progress_line(p, now - (self._started or now), self._restarts)
+        silent = self.not_answering() if self.not_answering else []
+        line = progress_line(p, now - (self._started or now), self._restarts, now, silent)
         if line != last or now - at >= PROGRESS_QUIET:
             self.console.info(line)
             self._last_line = (line, now)
@@ -114,10 +117,13 @@ class CoordinatorMonitor:
                               f"short of max_steps {p.max_steps}")
 
 
-def coordinator_monitor(plan: JobPlan, console: Console, events: EventLog) -> CoordinatorMonitor:
-    """The coordinator's monitor for a plan: it reads model_dir as the plan resolved it."""
+def coordinator_monitor(plan: JobPlan, console: Console, events: EventLog,
+                        not_answering: Callable[[], list[str]] | None = None
+                        ) -> CoordinatorMonitor:
+    """The coordinator's monitor for a plan: it reads model_dir as the plan resolved it;
+    ``not_answering`` names the tasks silent on gRPC for its progress line."""
     t = plan.timeouts
     coordinator = Coordinator(plan.storage.url, max_steps=plan.max_steps, poll=t["poll"],
                               stall=t["stall"], startup=t["start"],
                               reader=plan.storage.reader())
-    return CoordinatorMonitor(coordinator, console, events)
+    return CoordinatorMonitor(coordinator, console, events, not_answering=not_answering)

@@ -47,3 +47,4 @@ class TaskState:
     stopped: bool = False      # ended because the launcher stopped it
     restarts: int = 0          # times the job loop started it again
     started_at: float | None = None  # job-loop clock time of its latest start
+    running: bool = False      # its process runs now (started, not ended)

@@ -59,6 +59,9 @@ class Backend(ABC):
     name: ClassVar[str]
     # Every task is a process of this machine (it sees the launcher's filesystem).
     local_processes: ClassVar[bool] = False
+    # The launcher can reach the tasks' addresses (their TF servers' gRPC): readiness and
+    # liveness probes (launcher/liveness.py) work. Not from outside a Kubernetes cluster.
+    reachable: ClassVar[bool] = True
 
     def __init__(self, spec: Spec, options: Any = None):
         self.spec = spec

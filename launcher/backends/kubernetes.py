@@ -104,6 +104,7 @@ class KubernetesBackend(Backend):
 
     name = "kubernetes"
     options: KubernetesOptions
+    reachable = False   # pod addresses are cluster-internal: the engine's state alone
 
     def __init__(self, spec: Spec, options: KubernetesOptions | None = None):
         super().__init__(spec, options or KubernetesOptions())

@@ -1,11 +1,25 @@
-"""The readiness and liveness rules with a fake prober and a fake clock (no sockets)."""
+"""Readiness and liveness rules with a fake prober, a fake clock and an in-memory backend
+(no sockets, no processes): who counts as lost and when, and what the job loop does with
+it: trainers wait for every ps to answer, a ps that never answers fails the job naming it,
+a lost task is killed at once and goes through its restart policy."""
 
 from __future__ import annotations
 
-import pytest
+import io
+import json
+import os
+import signal
+
 from support import FakeClock
 
-from launcher.liveness import Answer, Liveness, LivenessMonitor, NotReady, wait_ready
+from launcher.backends.base import Backend, TaskHandle
+from launcher.events import EventLog, read_events
+from launcher.job import Job
+from launcher.liveness import Answer, Liveness, LivenessMonitor
+from launcher.output.console import Console
+from launcher.plan import build_plan
+from launcher.spec import parse_spec
+from orchestrator.decisions import LOST, TaskState
 
 OK = Answer(True, "OK")
 FROZEN = Answer(False, "DEADLINE_EXCEEDED")
@@ -13,21 +27,17 @@ NOBODY = Answer(False, "UNAVAILABLE")
 
 
 class FakeProber:
-    """Answers per address from a script: address -> list of answers (the last repeats)."""
+    """Answers per address: a function of the address (and the test's state)."""
 
-    def __init__(self, script: dict[str, list[Answer]]):
-        self.script = {a: list(v) for a, v in script.items()}
+    def __init__(self, answer):
+        self.answer = answer
         self.asked: list[list[str]] = []
         self.forgotten: list[str] = []
 
     def ask_all(self, addresses):
         addresses = list(addresses)
         self.asked.append(addresses)
-        out = {}
-        for a in addresses:
-            answers = self.script.get(a, [NOBODY])
-            out[a] = answers.pop(0) if len(answers) > 1 else answers[0]
-        return out
+        return {a: self.answer(a) for a in addresses}
 
     def forget(self, address):
         self.forgotten.append(address)
@@ -36,40 +46,7 @@ class FakeProber:
         pass
 
 
-def test_wait_ready_returns_when_each_answered_and_times_each():
-    clock = FakeClock()
-    prober = FakeProber({"h:1": [NOBODY, NOBODY, OK], "h:2": [NOBODY, OK]})
-    answered = wait_ready({"ps:0": "h:1", "ps:1": "h:2"}, prober, timeout=10,
-                          clock=clock, sleep=clock.sleep, period=0.5)
-    assert answered == {"ps:1": 0.5, "ps:0": 1.0}
-    assert prober.asked == [["h:1", "h:2"], ["h:1", "h:2"], ["h:1"]]   # answered: not asked
-
-
-def test_wait_ready_names_the_task_that_never_answers():
-    clock = FakeClock()
-    prober = FakeProber({"h:1": [OK], "h:2": [NOBODY]})
-    with pytest.raises(NotReady) as e:
-        wait_ready({"ps:0": "h:1", "ps:1": "h:2"}, prober, timeout=3, clock=clock,
-                   sleep=clock.sleep, period=1)
-    assert e.value.task == "ps:1"
-    assert str(e.value).startswith("ps:1 (h:2) did not answer TensorFlow's gRPC within "
-                                   "timeouts.start = 3 s (last answer: UNAVAILABLE)")
-    assert clock.now == 3
-
-
-def test_wait_ready_stops_when_check_raises():
-    clock = FakeClock()
-
-    def check():
-        if clock.now >= 2:
-            raise RuntimeError("ps:0 exited")
-
-    with pytest.raises(RuntimeError, match="ps:0 exited"):
-        wait_ready({"ps:0": "h:1"}, FakeProber({}), timeout=60, clock=clock,
-                   sleep=clock.sleep, check=check, period=1)
-    assert clock.now == 2
-
-
+# ----------------------------------------------------------------------------- rules
 def test_a_task_that_never_answered_is_starting_not_lost():
     clock = FakeClock()
     live = Liveness(unresponsive=20, clock=clock)
@@ -78,6 +55,7 @@ def test_a_task_that_never_answered_is_starting_not_lost():
         clock.sleep(2)
         live.record({"ps:0": NOBODY})
     assert live.lost() == [] and live.not_answering() == []
+    assert not live.answered("ps:0", 0.0)
 
 
 def test_a_task_that_answered_then_went_silent_is_lost_after_unresponsive():
@@ -85,9 +63,10 @@ def test_a_task_that_answered_then_went_silent_is_lost_after_unresponsive():
     live = Liveness(unresponsive=20, clock=clock)
     live.watch({"ps:0": ("h:1", 0.0), "worker:0": ("h:2", 0.0)})
     live.record({"ps:0": OK, "worker:0": OK})          # t=0: both answer
+    assert live.answered("ps:0", 0.0) and not live.answered("ps:0", 5.0)
     clock.sleep(2)
     live.record({"ps:0": FROZEN, "worker:0": OK})
-    assert [w.name for w in live.not_answering()] == ["ps:0"]
+    assert live.not_answering() == ["ps:0"]
     clock.sleep(17)
     live.record({"ps:0": FROZEN, "worker:0": OK})      # t=19: not yet
     assert live.lost() == []
@@ -121,32 +100,213 @@ def test_a_restarted_task_starts_afresh():
     gone = live.watch({"ps:0": ("h:1", 30.0)})         # started again at t=30
     assert [w.name for w in gone] == ["ps:0"]
     assert live.lost() == []
-    assert live.watch({}) and live.targets() == {}      # stopped: not watched
+    assert live.watch({}) and live.due() == {}           # stopped: not watched
 
 
-class ManualMonitor(LivenessMonitor):
-    """The monitor without its thread: polls when the test says so."""
-
-    def update(self, targets):
-        for gone in self.liveness.watch(targets):
-            self.prober.forget(gone.address)
-
-
-def test_monitor_reports_first_answers_and_each_loss_once():
+def test_a_starting_task_is_asked_often_then_every_period():
     clock = FakeClock()
-    prober = FakeProber({"h:1": [OK, OK, FROZEN], "h:2": [NOBODY]})
-    monitor = ManualMonitor(unresponsive=5, period=2, prober=prober, clock=clock)
-    monitor.update({"ps:0": ("h:1", 0.0), "worker:0": ("h:2", 0.0)})
+    live = Liveness(unresponsive=10, period=2.0, startup=1.0, clock=clock)
+    live.watch({"ps:0": ("h:1", 0.0)})
+    asked = 0
+    for _ in range(20):                                  # 4 s in steps of 0.2 s
+        asked += bool(live.due())
+        clock.sleep(0.2)
+    assert asked == 5 + 1     # every 0.2 s during the first second, then every 2 s
+
+
+# ----------------------------------------------------------------------------- monitor
+def state(name: str, address: str, started: float, running: bool = True,
+          stopped: bool = False) -> TaskState:
+    return TaskState(name, name.split(":")[0], address, started_at=started, running=running,
+                     stopped=stopped)
+
+
+def test_monitor_answers_lost_once_per_start_and_logs_what_it_saw():
+    clock = FakeClock()
+    frozen = set()
+    prober = FakeProber(lambda a: FROZEN if a in frozen else OK)
+    written = []
+
+    class Events:
+        def write(self, event, **fields):
+            written.append((event, fields))
+
+    monitor = LivenessMonitor(5, Events(), period=2, prober=prober, clock=clock,
+                              threaded=False)
+    tasks = [state("ps:0", "h:1", 0.0), state("worker:0", "h:2", 0.0),
+             TaskState("evaluator:0", "evaluator", "h:3", started_at=0.0, running=True)]
+    assert monitor.tick(tasks) is None
     clock.sleep(1)
     monitor.poll_once()
-    assert monitor.take_events() == [("task_answering",
-                                      {"task": "ps:0", "address": "h:1", "after": 1.0})]
-    for _ in range(4):
-        clock.sleep(2)
+    assert prober.asked == [["h:1", "h:2"]]              # the evaluator has no TF server
+    assert monitor.tick(tasks) is None
+    assert written == [("task_answering", {"task": "ps:0", "address": "h:1", "after": 1.0}),
+                       ("task_answering", {"task": "worker:0", "address": "h:2",
+                                           "after": 1.0})]
+    frozen.add("h:1")
+    decisions = []
+    for _ in range(5):
+        clock.sleep(1.25)
         monitor.poll_once()
-    (lost,) = monitor.take_lost()
-    assert monitor.reason(lost) == "ps:0 (h:1) has not answered TensorFlow's gRPC for 5 s"
-    assert monitor.take_lost() == []                  # once per start
-    assert [e for e, _ in monitor.take_events()] == ["task_unresponsive"]
-    monitor.update({"ps:0": ("h:1", 20.0), "worker:0": ("h:2", 0.0)})
-    assert prober.forgotten == ["h:1"]                # a restarted task gets a new channel
+        decisions.append(monitor.tick(tasks))
+    lost = [d for d in decisions if d is not None]
+    assert len(lost) == 1 and lost[0].action == LOST and lost[0].tasks == ("ps:0",)
+    assert lost[0].reason == "ps:0 (h:1) has not answered TensorFlow's gRPC for 5 s"
+    assert monitor.not_answering() == ["ps:0"]
+    assert written[-1][0] == "task_unresponsive" and written[-1][1]["task"] == "ps:0"
+    restarted = [state("ps:0", "h:1", 20.0), tasks[1]]
+    assert monitor.tick(restarted) is None
+    assert prober.forgotten == ["h:1"]                   # a new channel for the new process
+    assert not monitor.answered("ps:0", 20.0)
+
+
+# ----------------------------------------------------------------------------- job loop
+class FakeHandle(TaskHandle):
+    """A task in memory: ends when signalled, unless frozen (then only SIGKILL ends it)."""
+
+    def __init__(self, task, backend):
+        self.task, self.output, self.backend = task, None, backend
+        self.status = None
+        self.signals: list[int] = []
+
+    def poll(self):
+        return self.status
+
+    def signal(self, sig):
+        self.signals.append(sig)
+        if self.status is None and (sig == signal.SIGKILL or
+                                    self.task.name not in self.backend.frozen):
+            self.status = -sig
+
+
+class FakeBackend(Backend):
+    name = "fake"
+
+    def __init__(self, spec):
+        super().__init__(spec)
+        self.port = 5000
+        self.started: list[str] = []
+        self.handles: dict[str, FakeHandle] = {}
+        self.frozen: set[str] = set()
+
+    def allocate_port(self, host):
+        self.port += 1
+        return self.port
+
+    def start(self, task):
+        self.started.append(task.name)
+        self.handles[task.name] = FakeHandle(task, self)
+        return self.handles[task.name]
+
+
+def make_job(tmp_path, answer, **fields):
+    doc = {"name": "gate", "cluster": {"chief": 1, "worker": 1, "ps": 1},
+           "command": ["train"], "model_dir": str(tmp_path / "m"), "max_steps": 10,
+           "timeouts": {"start": 5, "unresponsive": 4, "kill": 1}}
+    doc.update(fields)
+    spec = parse_spec(json.dumps(doc))
+    backend = FakeBackend(spec)
+    plan = build_plan(spec, port_for=backend.allocate_port)
+    clock = FakeClock()
+    prober = FakeProber(lambda a: answer(a, clock.now, backend))
+    os.makedirs(tmp_path / "run")
+    events = EventLog(str(tmp_path / "run" / "events.jsonl"))
+    monitor = LivenessMonitor(plan.timeouts["unresponsive"], events, period=1, startup=5,
+                              prober=prober, clock=clock, threaded=False)
+    out = io.StringIO()
+
+    def wait(secs):
+        clock.sleep(secs)
+        monitor.poll_once()
+
+    job = Job(plan, backend, str(tmp_path / "run"), Console(out, out), [monitor], events,
+              clock=clock, wait=wait, gate=monitor)
+    return job, backend, clock, out
+
+
+def address_of(backend, name):
+    return backend.handles[name].task.address if name in backend.handles else None
+
+
+def test_trainers_start_once_the_ps_answers(tmp_path):
+    def answer(address, now, backend):
+        return OK if address == address_of(backend, "ps:0") and now >= 2 else NOBODY
+
+    job, backend, clock, out = make_job(tmp_path, answer)
+
+    def chief_done(_secs):
+        if "chief:0" in backend.handles:
+            backend.handles["chief:0"].status = 0
+    real_wait = job.wait
+    job.wait = lambda s: (real_wait(s), chief_done(s))
+    result = job.run()
+    assert result.status == 0, out.getvalue()
+    assert backend.started == ["ps:0", "chief:0", "worker:0"]
+    assert "started 1 tasks; logs in" in out.getvalue()
+    assert "every ps answers TensorFlow's gRPC; starting the trainers" in out.getvalue()
+    ready = [e for e in read_events(str(tmp_path / "run" / "events.jsonl"))
+             if e["event"] in ("task_answering", "ps_ready")]
+    assert [(e["event"], e.get("task")) for e in ready][:2] == [("task_answering", "ps:0"),
+                                                                ("ps_ready", None)]
+    assert 2.0 <= ready[0]["after"] < 2.5      # seconds from the ps's start to its answer
+
+
+def test_a_ps_that_never_answers_fails_the_job_and_no_trainer_starts(tmp_path):
+    job, backend, clock, out = make_job(tmp_path, lambda a, now, b: NOBODY)
+    result = job.run()
+    assert result.status == 1
+    port = backend.handles["ps:0"].task.port
+    assert result.reason.startswith(
+        f"ps:0 (localhost:{port}) did not answer TensorFlow's gRPC within timeouts.start = "
+        f"5 s (last probe: UNAVAILABLE); trainers not started")
+    assert backend.started == ["ps:0"]
+    assert 5 <= clock.now < 6
+
+
+def test_a_frozen_worker_is_killed_at_once_and_restarted_alone(tmp_path):
+    def answer(address, now, backend):
+        frozen = {address_of(backend, n) for n in backend.frozen}
+        return FROZEN if address in frozen else OK
+
+    job, backend, clock, out = make_job(tmp_path, answer)
+    real_wait = job.wait
+    frozen_handle = []
+
+    def script(secs):
+        real_wait(secs)
+        if clock.now >= 3 and not frozen_handle:
+            frozen_handle.append(backend.handles["worker:0"])
+            backend.frozen.add("worker:0")
+        if backend.started.count("worker:0") == 2:
+            backend.frozen.clear()
+            backend.handles["chief:0"].status = 0
+    job.wait = script
+    result = job.run()
+    assert result.status == 0, out.getvalue()
+    assert backend.started == ["ps:0", "chief:0", "worker:0", "worker:0"]
+    text = out.getvalue()
+    assert "worker:0 (localhost:" in text and "has not answered TensorFlow's gRPC for 4 s; " \
+        "restarting worker:0 in 1s (restart 1 of 3)" in text
+    assert job.runs[2].restarts == 1
+    assert frozen_handle[0].signals == [signal.SIGKILL]    # no SIGTERM: it is frozen
+
+
+def test_with_policy_never_a_frozen_ps_fails_the_job_naming_it(tmp_path):
+    def answer(address, now, backend):
+        return FROZEN if now >= 3 and address == address_of(backend, "ps:0") else OK
+
+    job, backend, clock, out = make_job(tmp_path, answer, restart={"ps": "never"})
+    first_ps = None
+
+    def grab(_):
+        nonlocal first_ps
+        first_ps = first_ps or backend.handles.get("ps:0")
+    real_wait = job.wait
+    job.wait = lambda s: (real_wait(s), grab(s))
+    result = job.run()
+    assert result.status == 1
+    assert result.reason.endswith("has not answered TensorFlow's gRPC for 4 s; restart policy "
+                                  "of ps is never")
+    assert result.reason.startswith("ps:0 (localhost:")
+    assert first_ps.signals[0] == signal.SIGKILL          # no SIGTERM first: it is frozen
+    assert 6 <= clock.now < 8      # frozen at 3; 4 s after its last answer, one period late at most

@@ -17,7 +17,7 @@ import pytest
 from support import PY_TF215
 
 from launcher.backends.local import free_port
-from launcher.liveness import GrpcProber, NotReady, wait_ready
+from launcher.liveness import GrpcProber
 
 SERVER = str(Path(__file__).with_name("jobs") / "tf_server.py")
 pytestmark = [pytest.mark.tf]
@@ -51,8 +51,9 @@ def test_probe_follows_a_real_tf_server_through_start_freeze_and_death(tf_ps):
     prober = GrpcProber(deadline=1.0)
     try:
         assert prober.ask(address).code == "UNAVAILABLE"     # still importing TensorFlow
-        answered = wait_ready({"ps:0": address}, prober, timeout=60)
-        assert list(answered) == ["ps:0"]
+        deadline = time.monotonic() + 60
+        while not prober.ask(address).ok and time.monotonic() < deadline:
+            time.sleep(0.1)
         live = prober.ask(address)
         assert live.ok and live.took < 1.0
         os.killpg(proc.pid, signal.SIGSTOP)
@@ -66,17 +67,5 @@ def test_probe_follows_a_real_tf_server_through_start_freeze_and_death(tf_ps):
         proc.wait()
         gone = prober.ask(address)
         assert (gone.ok, gone.code) == (False, "UNAVAILABLE")
-    finally:
-        prober.close()
-
-
-def test_readiness_gives_up_on_a_port_where_nothing_serves():
-    address = f"localhost:{free_port()}"
-    prober = GrpcProber(deadline=0.5)
-    try:
-        started = time.monotonic()
-        with pytest.raises(NotReady, match=r"ps:0 \(localhost:\d+\) did not answer"):
-            wait_ready({"ps:0": address}, prober, timeout=1.0)
-        assert time.monotonic() - started < 5
     finally:
         prober.close()
