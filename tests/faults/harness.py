@@ -47,6 +47,7 @@ class Kill:
     t: float
     step_before: int    # highest global step reported before the kill
     how: str = "SIGKILL"   # or SIGSTOP (frozen), "partition" (its host cut off)
+    wall: float = field(default_factory=time.time)   # for the run's events.jsonl times
 
 
 def job_spec(kind: str, tmp: Path, max_steps: int = 600, save_steps: int = 100,
@@ -169,7 +170,8 @@ class LaunchRun:
         return kill
 
     def detected(self, kill: Kill) -> float | None:
-        """Seconds from ``kill`` until the launcher said its target stopped answering."""
+        """Seconds from ``kill`` until the launcher said its target stopped answering (the
+        console line comes once the task is killed; ``detected_in`` reads the event)."""
         with self._lock:
             lines = list(self.lines)
         for line in lines:
@@ -206,6 +208,16 @@ class LaunchRun:
             except psutil.NoSuchProcess:
                 pass
         return left
+
+
+def detected_in(run_dir: Path, kill: Kill) -> float | None:
+    """Seconds from ``kill`` to the run's ``task_unresponsive`` event naming its target."""
+    for line in (run_dir / "events.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        if event["event"] == "task_unresponsive" and event["task"] == kill.target and \
+                event["time"] >= kill.wall - 0.01:
+            return event["time"] - kill.wall
+    return None
 
 
 def _after_restart(run: LaunchRun, kill: Kill, tasks: tuple[str, ...] | None) -> list[Line]:
