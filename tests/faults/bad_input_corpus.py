@@ -51,7 +51,8 @@ CASES: list[tuple[str, object, list[str], str]] = [
     ("typo-top-level", {"max_step": 10}, [],
      E + "max_step: unknown key (allowed: " + TOP_KEYS + ")"),
     ("typo-timeouts", {"timeouts": {"stal": 10}}, [],
-     E + "timeouts.stal: unknown key (allowed: evaluator, finish, kill, poll, stall, start)"),
+     E + "timeouts.stal: unknown key (allowed: evaluator, finish, kill, poll, stall, start, "
+       "unresponsive)"),
     ("typo-restart-role", {"restart": {"workers": "never"}}, [],
      E + "restart.workers: unknown key (allowed: chief, evaluator, master, ps, worker)"),
     ("typo-restart-field", {"restart": {"ps": {"policy": "always", "retries": 2}}}, [],
