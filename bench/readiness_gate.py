@@ -8,7 +8,8 @@ trainer prints ``tfjob-progress step=N``). "Without the gate" is the same spec w
 ``timeouts.unresponsive: 0`` (no gRPC checks: every task starts at once, as before). Rounds
 alternate gate and no gate, so the noise of a shared machine falls on both alike. Figures,
 from starting `launch`: the first step of any trainer, and the moment every trainer trained
-(its first step); medians over the rounds, each round's figures too.
+(its first step); medians over the rounds, each round's figures too. ``--ps-delay S``: the
+ps sleeps S seconds before it starts TensorFlow (a slow host, an image pull).
 """
 
 from __future__ import annotations
@@ -26,11 +27,13 @@ sys.path.insert(0, str(REPO / "tests" / "faults"))
 from harness import LaunchRun, job_spec, write_spec  # noqa: E402
 
 
-def one(gate: bool, workers: int, workdir: Path) -> tuple[float | None, float | None, int]:
+def one(gate: bool, workers: int, workdir: Path, ps_delay: float
+        ) -> tuple[float | None, float | None, int]:
     tmp = Path(tempfile.mkdtemp(prefix="gate-" if gate else "nogate-", dir=workdir))
     doc = job_spec("estimator", tmp, max_steps=200, save_steps=100, workers=workers,
                    sleep=0.02)
     doc["timeouts"].update(finish=5, unresponsive=30 if gate else 0)
+    doc["env"]["FAULT_PS_DELAY"] = str(ps_delay)
     run = LaunchRun(write_spec(tmp, doc))
     status = run.wait(timeout=300)
     first: dict[str, float] = {}
@@ -46,12 +49,14 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--ps-delay", type=float, default=0.0,
+                   help="the ps sleeps this long before starting (a slow host)")
     args = p.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="readiness-gate-"))
     rows: dict[bool, list[tuple[float | None, float | None, int]]] = {True: [], False: []}
     for i in range(args.rounds):
         for gate in ((True, False) if i % 2 == 0 else (False, True)):
-            row = one(gate, args.workers, workdir)
+            row = one(gate, args.workers, workdir, args.ps_delay)
             rows[gate].append(row)
             fmt = ["-" if v is None else f"{v:.1f}s" for v in row[:2]]
             print(f"round {i} {'gate   ' if gate else 'no gate'}: first step {fmt[0]}, every "
