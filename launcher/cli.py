@@ -178,8 +178,8 @@ def default_run_dir(spec, run_id: str) -> str:
 
 def monitors_for(plan, job_console, events, backend=None) -> list:
     """The monitors that watch a job: the coordinator (launcher/monitors.py) and, where the
-    backend can reach the tasks, the liveness probe (launcher/liveness.py), which is also
-    the job's readiness gate."""
+    backend can reach the tasks, the liveness probe (launcher/liveness.py), which also tells
+    the job loop whether each ps answered (readiness)."""
     from launcher.liveness import liveness_monitor
     from launcher.monitors import coordinator_monitor
 
@@ -207,8 +207,8 @@ def execute(spec, backend, plan, command, args) -> int:
         _write_plan(run_dir, plan)
         for attempt in range(MAX_PORT_RETRIES + 1):
             monitors = monitors_for(plan, console, events, backend)
-            gate = next((m for m in monitors if hasattr(m, "answered")), None)
-            job = Job(plan, backend, run_dir, console, monitors, events, gate=gate)
+            readiness = next((m for m in monitors if hasattr(m, "answered")), None)
+            job = Job(plan, backend, run_dir, console, monitors, events, readiness=readiness)
             try:
                 result = job.run()
                 break

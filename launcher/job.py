@@ -12,9 +12,10 @@ Policy lives here, mechanism in the backends. The end of a job:
   stopped and the failing task's last lines are shown;
 - Ctrl-C or SIGTERM to the launcher stops every task.
 
-Readiness: with a ``gate`` (the liveness monitor, launcher/liveness.py), the trainers start
-only once every ps answered TensorFlow's gRPC since its (re)start; a ps silent for
-``timeouts.start`` fails the job (exit 1) naming it, trainers never started. A task a
+Readiness: with ``readiness`` (the liveness monitor, launcher/liveness.py), a ps that has
+not answered TensorFlow's gRPC ``timeouts.start`` seconds after its (re)start fails the job
+(exit 1), naming it. Every task starts at once: holding the trainers until the ps answer
+did not shorten the time to the first step (docs/benchmarks.md, "Readiness gate"). A task a
 monitor reports ``lost`` gets SIGKILL at once (a frozen process does not act on SIGTERM)
 before its restart policy is applied.
 
@@ -98,7 +99,7 @@ class JobResult:
     duration: float
 
 
-class Gate(Protocol):
+class Readiness(Protocol):
     """Says whether a task answered since its start (the liveness monitor does)."""
 
     def answered(self, name: str, since: float | None) -> bool: ...
@@ -117,7 +118,8 @@ class Job:
     def __init__(self, plan: JobPlan, backend: Backend, run_dir: str, console: Console,
                  monitors: list[Monitor] | None = None, events: EventLog | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 wait: Callable[[float], object] | None = None, gate: Gate | None = None):
+                 wait: Callable[[float], object] | None = None,
+                 readiness: Readiness | None = None):
         self.plan = plan
         self.backend = backend
         self.run_dir = run_dir
@@ -136,8 +138,7 @@ class Job:
         self.wake = threading.Event()  # set when a task's output ends: it is likely exiting
         self.restarts = RestartBook(dict(plan.restart), synchronous=plan.synchronous)
         self.due: dict[str, float] = {}     # task name -> when its restart is due
-        self.gate = gate
-        self.held: list[TaskRun] = []       # trainers waiting for every ps to answer
+        self.readiness = readiness
         self._ended: list[TaskRun] = []     # reaped, not yet judged
 
     # ------------------------------------------------------------------ queries
@@ -269,14 +270,8 @@ class Job:
         for run in self.runs:
             if self.interrupted:
                 break
-            if run.task.type in TRAINERS and self._waiting_for_ps():
-                self.held.append(run)
-            else:
-                self.start_task(run)
-        started = len(self.runs) - len(self.held)
-        self.console.info(f"started {started} tasks; logs in {self.run_dir}/logs" +
-                          (f" (the {len(self.held)} trainers start once every ps answers "
-                           f"TensorFlow's gRPC)" if self.held else ""))
+            self.start_task(run)
+        self.console.info(f"started {len(self.runs)} tasks; logs in {self.run_dir}/logs")
         while True:
             if self.interrupted:
                 name = signal.Signals(self.interrupted).name
@@ -304,7 +299,7 @@ class Job:
                 self.console.info(f"{primary.name} finished; waiting for the others to end")
             if self.training_done_at is not None and self._ended_well(self.training_done_at):
                 return self._finish(0, "training finished and every task ended")
-            failure = self._release_held()
+            failure = self._silent_ps()
             if failure:
                 return self._finish(1, failure)
             self._start_due()
@@ -334,33 +329,16 @@ class Job:
         verdict = self.restarts.judge_lost(run.task.type, run.name, decision.reason)
         return self._apply(verdict, run)
 
-    def _waiting_for_ps(self) -> list[TaskRun]:
-        """The ps the trainers wait for: not running, or not answered since its start."""
-        if self.gate is None:
-            return []
-        return [r for r in self.runs if r.task.type == "ps" and
-                not (r.running and self.gate.answered(r.name, r.started))]
-
-    def _release_held(self) -> str | None:
-        """Start the held trainers once every ps answered; the reason to fail when a ps
-        did not answer within ``timeouts.start`` while trainers wait for it."""
-        self.held = [r for r in self.held if r.name not in self.due]  # a cluster restart
-        waiting = self.held or [r for r in self.runs if r.task.type in TRAINERS and
-                                self.due.get(r.name, float("inf")) <= self.clock()]
-        if not waiting or self.interrupted:
+    def _silent_ps(self) -> str | None:
+        """Why the job fails when a ps has not answered TensorFlow's gRPC within
+        ``timeouts.start`` of its start (the trainers cannot train without it)."""
+        if self.readiness is None or self.training_done_at is not None:
             return None
-        silent = self._waiting_for_ps()
-        for ps in silent:
-            if ps.running and self.clock() - ps.started >= self.timeouts["start"]:
-                return self.gate.not_ready_reason(ps.name, ps.task.address)
-        if silent or not self.held:
-            return None
-        self.events.write("ps_ready", tasks=[r.name for r in self.runs if r.task.type == "ps"],
-                          waited=round(self.clock() - self.started, 3))
-        self.console.info("every ps answers TensorFlow's gRPC; starting the trainers")
-        held, self.held = self.held, []
-        for run in held:
-            self.start_task(run)
+        for run in self.runs:
+            if run.task.type == "ps" and run.running and not run.stopped and \
+                    self.clock() - run.started >= self.timeouts["start"] and \
+                    not self.readiness.answered(run.name, run.started):
+                return self.readiness.not_ready_reason(run.name, run.task.address)
         return None
 
     def _apply(self, verdict: Decision, run: TaskRun) -> str | None:
@@ -389,8 +367,6 @@ class Job:
             self.due = {n: t for n, t in self.due.items() if n.startswith("evaluator")}
         for run in self.runs:
             if run.name in self.due and self.due[run.name] <= now and not self.interrupted:
-                if run.task.type in TRAINERS and self._waiting_for_ps():
-                    continue    # until the restarted ps answer (see _release_held)
                 del self.due[run.name]
                 run.restarts += 1
                 run.tail.clear()

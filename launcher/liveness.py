@@ -14,8 +14,9 @@ once (UNAVAILABLE) when nothing listens there yet.
   ``READY_PERIOD`` s until it first answered (for the first ``timeouts.start`` s), then
   every ``period`` s.
 - ``LivenessMonitor`` (a job-loop monitor): probes every running task with a TF server in a
-  thread of its own, answers ``lost`` for a task gone silent, and is the job loop's
-  readiness gate (``answered``): trainers start once every ps answered since its start.
+  thread of its own, answers ``lost`` for a task gone silent, and tells the job loop
+  whether a ps answered since its start (``answered``: readiness, bounded by
+  ``timeouts.start``).
 
 Backends whose tasks the launcher cannot reach (Kubernetes, from outside the cluster) set
 ``Backend.reachable = False``: there the job relies on the engine's state alone.
@@ -129,8 +130,9 @@ def lost_reason(name: str, address: str, unresponsive: float) -> str:
 
 def not_ready_reason(name: str, address: str, waited: float, code: str) -> str:
     return (f"{name} ({address}) did not answer TensorFlow's gRPC within timeouts.start = "
-            f"{waited:g} s (last probe: {code}); trainers not started (does its command run "
-            f"a TensorFlow server? timeouts.unresponsive = 0 turns the gRPC checks off)")
+            f"{waited:g} s (last probe: {code}); the trainers cannot train without it (does "
+            f"its command run a TensorFlow server? timeouts.unresponsive = 0 turns the gRPC "
+            f"checks off)")
 
 
 @dataclass
@@ -245,7 +247,7 @@ class Liveness:
 
 # --------------------------------------------------------------------------- monitor
 class LivenessMonitor:
-    """The job loop's liveness monitor and readiness gate (see the module docstring).
+    """The job loop's liveness monitor and readiness source (see the module docstring).
 
     ``tick`` (the job loop's thread) hands the running tasks to the probe thread, writes
     what it saw to the event log (``task_answering``: first answer after a start, with the

@@ -1,7 +1,7 @@
 """Readiness and liveness rules with a fake prober, a fake clock and an in-memory backend
 (no sockets, no processes): who counts as lost and when, and what the job loop does with
-it: trainers wait for every ps to answer, a ps that never answers fails the job naming it,
-a lost task is killed at once and goes through its restart policy."""
+it: a ps that never answers fails the job naming it, a lost task is killed at once and goes
+through its restart policy."""
 
 from __future__ import annotations
 
@@ -220,7 +220,7 @@ def make_job(tmp_path, answer, **fields):
         monitor.poll_once()
 
     job = Job(plan, backend, str(tmp_path / "run"), Console(out, out), [monitor], events,
-              clock=clock, wait=wait, gate=monitor)
+              clock=clock, wait=wait, readiness=monitor)
     return job, backend, clock, out
 
 
@@ -228,7 +228,7 @@ def address_of(backend, name):
     return backend.handles[name].task.address if name in backend.handles else None
 
 
-def test_trainers_start_once_the_ps_answers(tmp_path):
+def test_every_task_starts_at_once_and_the_ps_answer_time_is_logged(tmp_path):
     def answer(address, now, backend):
         return OK if address == address_of(backend, "ps:0") and now >= 2 else NOBODY
 
@@ -242,24 +242,22 @@ def test_trainers_start_once_the_ps_answers(tmp_path):
     result = job.run()
     assert result.status == 0, out.getvalue()
     assert backend.started == ["ps:0", "chief:0", "worker:0"]
-    assert "started 1 tasks; logs in" in out.getvalue()
-    assert "every ps answers TensorFlow's gRPC; starting the trainers" in out.getvalue()
     ready = [e for e in read_events(str(tmp_path / "run" / "events.jsonl"))
-             if e["event"] in ("task_answering", "ps_ready")]
-    assert [(e["event"], e.get("task")) for e in ready][:2] == [("task_answering", "ps:0"),
-                                                                ("ps_ready", None)]
+             if e["event"] == "task_answering"]
+    assert [e["task"] for e in ready] == ["ps:0"]
     assert 2.0 <= ready[0]["after"] < 2.5      # seconds from the ps's start to its answer
 
 
-def test_a_ps_that_never_answers_fails_the_job_and_no_trainer_starts(tmp_path):
+def test_a_ps_that_never_answers_fails_the_job_naming_it(tmp_path):
     job, backend, clock, out = make_job(tmp_path, lambda a, now, b: NOBODY)
     result = job.run()
     assert result.status == 1
     port = backend.handles["ps:0"].task.port
     assert result.reason.startswith(
         f"ps:0 (localhost:{port}) did not answer TensorFlow's gRPC within timeouts.start = "
-        f"5 s (last probe: UNAVAILABLE); trainers not started")
-    assert backend.started == ["ps:0"]
+        f"5 s (last probe: UNAVAILABLE); the trainers cannot train without it")
+    assert backend.started == ["ps:0", "chief:0", "worker:0"]
+    assert all(h.status is not None for h in backend.handles.values())   # all stopped
     assert 5 <= clock.now < 6
 
 
