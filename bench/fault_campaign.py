@@ -18,7 +18,7 @@ partition of an ssh host: an Estimator job across three hosts (ps on h1, chief o
 worker on h3), the link of the target's host brought down mid-training, and up again
 ``--cut`` seconds later (``partition-ps:0``, ``partition-worker:0``). Rows give the time to
 detection (the ``task_unresponsive`` event), what the job did, and the seconds until
-nothing was left on any host after the link came back.
+nothing was left on any host once the link was back and `launch` had ended.
 
 A run survived when: the launcher exited 0, the newest complete checkpoint is readable by
 TensorFlow and at or past max_steps, each kill cost at most one checkpoint interval (plus
@@ -181,6 +181,7 @@ def partition_run(scenario: str, rng: random.Random, bed, workdir: Path, cut: fl
         subprocess.run(["ip", "link", "set", host.veth, "up"], check=True)
         back = time.monotonic()
     status = run.wait(timeout=600)
+    ended = time.monotonic()
     if status is None:
         problems.append("hang: the launcher did not end within 600 s")
     left = bed.leftovers(timeout=90)
@@ -188,7 +189,7 @@ def partition_run(scenario: str, rng: random.Random, bed, workdir: Path, cut: fl
         problems.append(f"left on hosts: {left}")
         bed.kill_all()
     else:
-        gone_after = time.monotonic() - back
+        gone_after = time.monotonic() - max(back, ended)
     (run_dir,) = (tmp / "runs").iterdir()
     detected = detected_in(run_dir, kill) if kill else None
     if kill and detected is None:
@@ -204,7 +205,7 @@ def partition_run(scenario: str, rng: random.Random, bed, workdir: Path, cut: fl
             "resumed_s": [None if resumed is None else round(resumed, 1)],
             "lost_steps": [lost_steps([run], kill)] if kill else [],
             "detected_s": [None if detected is None else round(detected, 1)],
-            "clean_after_link_up_s": None if gone_after is None else round(gone_after, 1),
+            "clean_after_s": None if gone_after is None else round(gone_after, 1),
             "teardown_s": None, "duration_s": round(time.monotonic() - run.started, 1),
             "problems": problems + ([f"checkpoint unreadable: {error}"] if error else [])}
 
@@ -270,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         if r.get("reason") is not None:
             print(f"  {r['scenario']}: exit {r['status']}, {r['reason']}; nothing left on any "
-                  f"host {r['clean_after_link_up_s']}s after the link came back")
+                  f"host {r['clean_after_s']}s after both the link came back and launch ended")
     if bed is not None:
         bed.stop()
     return 0 if bad == 0 else 1
