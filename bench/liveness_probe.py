@@ -8,8 +8,10 @@ process. The launcher side is measured in this process:
 - cost of one poll: GetStatus to every task at once (``GrpcProber.ask_all``), CPU time of
   this process (every thread: grpc's included) per poll, and the wall time of a poll; as a
   share of one core at the default probe period (launcher/liveness.PROBE_PERIOD);
-- the same with all tasks frozen (SIGSTOP of the server process): a poll then takes one
-  deadline, whatever the number of tasks;
+- a whole LivenessMonitor (its probe thread, and ``tick`` every 50 ms as the job loop
+  calls it) watching the tasks for ``--watch`` seconds: CPU share of one core;
+- the same poll with all tasks frozen (SIGSTOP of the server process): a poll then takes
+  one deadline, whatever the number of tasks;
 - detection: a LivenessMonitor with ``--unresponsive`` s watching the tasks, the server
   process frozen, time until the monitor names it lost (goal: <= unresponsive + 5 s).
 """
@@ -63,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--polls", type=int, default=200)
     p.add_argument("--unresponsive", type=float, default=10.0)
     p.add_argument("--runs", type=int, default=3, help="detection measurements")
+    p.add_argument("--watch", type=float, default=20.0,
+                   help="seconds of a whole monitor (thread and job-loop ticks) measured")
     args = p.parse_args(argv)
     ps = max(1, args.tasks // 4)
     cluster = {"ps": [f"localhost:{free_port()}" for _ in range(ps)],
@@ -84,6 +88,21 @@ def main(argv: list[str] | None = None) -> int:
               f"{PROBE_PERIOD:g}s")
         one_wall, one_cpu = cpu_per_poll(prober, addresses[:1], args.polls)
         print(f"live, 1 task: poll {one_wall * 1000:.2f} ms wall, {one_cpu * 1000:.3f} ms CPU")
+        monitor = LivenessMonitor(30.0, prober=GrpcProber())
+        start = time.monotonic()
+        tasks = [TaskState(f"worker:{i}", "worker", a, started_at=start, running=True)
+                 for i, a in enumerate(addresses)]
+        monitor.tick(tasks)
+        while not all(monitor.answered(t.name, start) for t in tasks):
+            time.sleep(0.05)
+        cpu0, t0 = time.process_time(), time.monotonic()
+        while time.monotonic() - t0 < args.watch:
+            monitor.tick(tasks)         # the job loop's turns (every 50 ms)
+            time.sleep(0.05)
+        used = (time.process_time() - cpu0) / (time.monotonic() - t0)
+        monitor.close()
+        print(f"monitor thread + ticks, {args.tasks} tasks answering, {args.watch:g}s: "
+              f"{100 * used:.2f}% of a core ({monitor.polls} polls)")
         os.killpg(proc.pid, signal.SIGSTOP)
         fwall, fcpu = cpu_per_poll(prober, addresses, 5)
         print(f"frozen, {args.tasks} tasks: poll {fwall * 1000:.0f} ms wall (one deadline), "
