@@ -43,7 +43,7 @@ def run_launch(n: int, work: Path, sleep: float) -> tuple[float, float, float]:
     spec = {"name": "bench", "cluster": {"chief": 1, **({"worker": n - 1} if n > 1 else {})},
             "command": ["sh", "-c", "ID=$TFCLUSTER_TASK; export ID; " + TASK.format(sleep=sleep)],
             "model_dir": str(work / "model"), "run_dir": str(work / "runs"),
-            "env": {"STAMPS": str(stamps_dir)}, "check_storage": False}
+            "env": {"STAMPS": str(stamps_dir)}}
     (work / "spec.json").write_text(json.dumps(spec))
     peak = [0]
     t0 = time.time()

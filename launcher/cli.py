@@ -20,6 +20,10 @@ from launcher.errors import UsageError
 SUBCOMMANDS = {
     "report": "launcher.output.report",
     "evaluate": "orchestrator.offline_eval",
+    "list": "launcher.run_commands:list_main",
+    "status": "launcher.run_commands:status_main",
+    "logs": "launcher.run_commands:logs_main",
+    "cancel": "launcher.run_commands:cancel_main",
 }
 MAX_PORT_RETRIES = 3
 
@@ -32,7 +36,9 @@ def _parser() -> argparse.ArgumentParser:
                     "every ps is stopped and nothing is left running.",
         epilog="COMMAND after -- replaces the spec's command. Other commands: "
                "'launch report RUN_DIR' draws a run's loss and metrics; "
-               "'launch evaluate --model EXPORT_DIR --data FILE' scores an exported model.",
+               "'launch evaluate --model EXPORT_DIR --data FILE' scores an exported model; "
+               "'launch list', 'launch status RUN', 'launch logs RUN [TASK] [-f]', "
+               "'launch cancel RUN' follow runs, attached or detached.",
     )
     p.add_argument("spec", metavar="SPEC", help="the cluster spec (JSON)")
     p.add_argument("--dry-run", action="store_true",
@@ -49,6 +55,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="do not stream the tasks' output (it is still kept in the run dir)")
     p.add_argument("--retrain", action="store_true",
                    help="train even when model_dir already holds a checkpoint at max_steps")
+    p.add_argument("--detach", action="store_true",
+                   help="start or submit the job and return once it runs or is queued; "
+                        "follow it with launch status/logs/cancel RUN")
+    # the batch script of a detached Slurm run re-enters here, inside its allocation
+    p.add_argument("--run-id", help=argparse.SUPPRESS)
+    p.add_argument("--in-allocation", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--version", action="version", version="tfcluster 0.1.0")
     return p
 
@@ -74,8 +86,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str] | None]:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in SUBCOMMANDS:
-        module = importlib.import_module(SUBCOMMANDS[argv[0]])
-        return _guard(lambda: module.main(argv[1:]))
+        name, _, func = SUBCOMMANDS[argv[0]].partition(":")
+        entry = getattr(importlib.import_module(name), func or "main")
+        return _guard(lambda: entry(argv[1:]))
     return _guard(lambda: run_cli(argv))
 
 
@@ -120,9 +133,13 @@ def run_cli(argv: list[str]) -> int:
     if not (command or spec.command):
         raise SpecError("command", "no command to run: set \"command\" in the spec or give it "
                                    "after --", spec.source)
+    if args.detach and not args.in_allocation:
+        from launcher.detach import detach
+        return detach(spec, backend, command, args)
+    backend.inside_job = args.in_allocation
     if not args.dry_run:
         backend.prepare()
-    plan = make_plan(spec, backend, command)
+    plan = make_plan(spec, backend, command, run_id=args.run_id)
     if args.dry_run:
         print(render_dry_run(plan, backend, as_json=args.json))
         return 0
@@ -133,7 +150,8 @@ def make_plan(spec, backend, command, run_id: str | None = None):
     from launcher.plan import build_plan
 
     return build_plan(spec, port_for=backend.allocate_port, host_for=backend.host_for,
-                      command=command, run_id=run_id, backend=backend.name)
+                      command=command, run_id=run_id, backend=backend.name,
+                      base_env={"TFCLUSTER_RESTART_COUNT": str(backend.attempt())})
 
 
 def public_plan(plan) -> dict[str, Any]:
@@ -147,10 +165,10 @@ def public_plan(plan) -> dict[str, Any]:
     return doc
 
 
-def render_dry_run(plan, backend, as_json: bool = False) -> str:
+def render_dry_run(plan, backend, as_json: bool = False, extra: str | None = None) -> str:
     doc = public_plan(plan)
     tasks = doc["tasks"]
-    extra = backend.describe(plan)
+    extra = backend.describe(plan) if extra is None else extra
     if as_json:
         doc["backend"] = backend.name
         if extra is not None:
@@ -172,43 +190,58 @@ def render_dry_run(plan, backend, as_json: bool = False) -> str:
 
 
 def default_run_dir(spec, run_id: str) -> str:
-    base = spec.run_dir or os.path.join(".tfcluster", "runs")
-    return os.path.join(base, run_id)
+    from launcher.runs import runs_root
+
+    return os.path.join(spec.run_dir or runs_root(), run_id)
 
 
-def monitors_for(plan, job_console, events, backend=None) -> list:
-    """The monitors that watch a job: the coordinator (launcher/monitors.py) and, where the
-    backend can reach the tasks, the liveness probe (launcher/liveness.py), which also tells
-    the job loop whether each ps answered (readiness)."""
-    from launcher.liveness import liveness_monitor
-    from launcher.monitors import coordinator_monitor
+def execute(spec, backend, plan, command, args, on_running=None) -> int:
+    """Run the job attached; its state goes into the run registry (launcher/runs.py);
+    ``on_running(state)`` is called once every task started."""
+    from launcher.runs import RunLog, open_state
 
-    liveness = liveness_monitor(plan, backend, events) if backend is not None else None
-    coordinator = coordinator_monitor(plan, job_console, events,
-                                      liveness.not_answering if liveness else None)
-    return [coordinator] + ([liveness] if liveness else [])
+    run_dir = args.run_dir or default_run_dir(spec, plan.run_id)
+    os.makedirs(run_dir, exist_ok=True)
+    state = open_state(run_dir, plan, backend, args)
+    state.on_running = on_running
+    try:
+        status, reason, summary = _execute(spec, backend, plan, command, args, run_dir,
+                                           RunLog(os.path.join(run_dir, "events.jsonl"), state),
+                                           state)
+    except BaseException as e:
+        status, reason = _exit_of(e)
+        state.finish(status, reason, None, requeued=status > 128 and backend.requeued())
+        raise
+    state.finish(status, reason, summary, requeued=status > 128 and backend.requeued())
+    return status
 
 
-def execute(spec, backend, plan, command, args) -> int:
-    from launcher.events import EventLog
+def _exit_of(e: BaseException) -> tuple[int, str]:
+    """The exit status and reason of a run that ended by this exception."""
+    if isinstance(e, UsageError):
+        return e.exit_status, str(e)
+    if isinstance(e, KeyboardInterrupt):
+        return 130, "interrupted by SIGINT"
+    if isinstance(e, Terminated):
+        return 128 + e.args[0], f"interrupted by {signal.Signals(e.args[0]).name}"
+    return 1, f"launcher error: {e!r}"
+
+
+def _execute(spec, backend, plan, command, args, run_dir, events, state):
     from launcher.job import Job, PortConflict
     from launcher.output.console import Console
     from launcher.output.summary import summary_table
 
-    run_dir = args.run_dir or default_run_dir(spec, plan.run_id)
-    os.makedirs(run_dir, exist_ok=True)
     console = Console(quiet=args.quiet)
-    events = EventLog(os.path.join(run_dir, "events.jsonl"))
     try:
         backend.preflight(plan)
         from launcher.storage_check import preflight_model_dir
         if preflight_model_dir(plan, backend, args.retrain, console, events):
-            return 0    # model_dir already holds a checkpoint at max_steps
+            return 0, "model_dir already holds a checkpoint at max_steps", None
         _write_plan(run_dir, plan)
         for attempt in range(MAX_PORT_RETRIES + 1):
-            monitors = monitors_for(plan, console, events, backend)
-            readiness = next((m for m in monitors if hasattr(m, "answered")), None)
-            job = Job(plan, backend, run_dir, console, monitors, events, readiness=readiness)
+            job = Job(plan, backend, run_dir, console, events=events)
+            state.attach(job)
             try:
                 result = job.run()
                 break
@@ -228,14 +261,15 @@ def execute(spec, backend, plan, command, args) -> int:
     metrics = metrics_table(plan.storage)
     if metrics:
         console.info(f"metrics of each checkpoint, evaluated afresh:\n{metrics}")
+    summary = {"status": result.status, "reason": result.reason,
+               "duration": round(result.duration, 3),
+               "tasks": [{"task": r.name, "address": r.task.address, "exit": r.status,
+                          "stopped": r.stopped, "restarts": r.restarts,
+                          "duration": round(r.duration(), 3), "log": r.log_path}
+                         for r in result.runs]}
     with open(os.path.join(run_dir, "summary.json"), "w", encoding="utf-8") as f:
-        json.dump({"status": result.status, "reason": result.reason,
-                   "duration": round(result.duration, 3),
-                   "tasks": [{"task": r.name, "address": r.task.address, "exit": r.status,
-                              "stopped": r.stopped, "restarts": r.restarts,
-                              "duration": round(r.duration(), 3), "log": r.log_path}
-                             for r in result.runs]}, f, indent=2)
-    return result.status
+        json.dump(summary, f, indent=2)
+    return result.status, result.reason, summary
 
 
 def _write_plan(run_dir: str, plan) -> None:

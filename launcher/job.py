@@ -10,7 +10,9 @@ Policy lives here, mechanism in the backends. The end of a job:
   restarted alone, or the whole cluster is (a lost ps), or the job fails;
 - failure when a task exits with an error (or a monitor says the job stalled): every task is
   stopped and the failing task's last lines are shown;
-- Ctrl-C or SIGTERM to the launcher stops every task.
+- Ctrl-C or SIGTERM to the launcher (``launch cancel``, Slurm's warning signal) stops every
+  task, as does the whole-job deadline ``timeouts.job``: trainers and the evaluator first,
+  the ps once they are gone (``teardown``).
 
 Readiness: with ``readiness`` (the liveness monitor, launcher/liveness.py), a ps that has
 not answered TensorFlow's gRPC ``timeouts.start`` seconds after its (re)start fails the job
@@ -28,6 +30,7 @@ against a scripted in-memory backend in milliseconds (tests/support.py).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import signal
 import threading
@@ -48,6 +51,7 @@ if TYPE_CHECKING:
 
 PORT_IN_USE = ("Address already in use", "Failed to add port", "bind: address")
 TAIL_LINES = 20
+RESTART_COUNT = "TFCLUSTER_RESTART_COUNT"
 
 
 @dataclass
@@ -112,6 +116,15 @@ class PortConflict(Exception):
     process): the caller re-plans with new ports and starts again."""
 
 
+def restarted(task: TaskPlan, restarts: int) -> TaskPlan:
+    """The task as its ``restarts``-th restart starts: TFCLUSTER_RESTART_COUNT counts the
+    run's earlier attempts (the plan's value: a requeued Slurm job) plus these restarts."""
+    if not restarts:
+        return task
+    base = int(task.env.get(RESTART_COUNT, "0") or 0)
+    return dataclasses.replace(task, env={**task.env, RESTART_COUNT: str(base + restarts)})
+
+
 class Job:
     """One run of a plan on a backend."""
 
@@ -125,10 +138,13 @@ class Job:
         self.run_dir = run_dir
         self.console = console
         self.timeouts = plan.timeouts
-        self.monitors = list(monitors or [])
         self.clock = clock
         self.wait = wait or self._wait_for_wake
         self.events = events or EventLog(os.path.join(run_dir, "events.jsonl"))
+        # The default monitors are made once the tasks started: reading model_dir is not
+        # on the way to the first task's start.
+        self.monitors: list[Monitor] = list(monitors) if monitors is not None else []
+        self._default_monitors = monitors is None
         os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
         self.runs = [TaskRun(t, os.path.join(run_dir, "logs", f"{t.type}-{t.index}.log"))
                      for t in plan.tasks]
@@ -140,6 +156,26 @@ class Job:
         self.due: dict[str, float] = {}     # task name -> when its restart is due
         self.readiness = readiness
         self._ended: list[TaskRun] = []     # reaped, not yet judged
+
+    def watchers(self) -> list[Monitor]:
+        """The monitors of a job by default: the coordinator, watching model_dir, the
+        whole-job deadline (``timeouts.job``) and, where the backend reaches the tasks, the
+        liveness probe of their TF servers (also the job's ``readiness``)."""
+        from launcher.deadline import deadline_monitor
+        from launcher.liveness import liveness_monitor
+        from launcher.monitors import CoordinatorMonitor
+        from orchestrator.coordinator import Coordinator
+
+        t = self.plan.timeouts
+        coordinator = Coordinator(self.plan.storage.url, max_steps=self.plan.max_steps,
+                                  poll=t["poll"], stall=t["stall"], startup=t["start"],
+                                  reader=self.plan.storage.reader())
+        liveness = liveness_monitor(self.plan, self.backend, self.events)
+        if liveness is not None and self.readiness is None:
+            self.readiness = liveness
+        return [CoordinatorMonitor(coordinator, self.console, self.events,
+                                   not_answering=liveness.not_answering if liveness else None),
+                *deadline_monitor(t, self.clock), *([liveness] if liveness else [])]
 
     # ------------------------------------------------------------------ queries
     def run_of(self, type_: str, index: int = 0) -> TaskRun | None:
@@ -182,7 +218,7 @@ class Job:
     def start_task(self, run: TaskRun) -> None:
         mode = "ab" if run.restarts else "wb"
         log = open(run.log_path, mode)  # noqa: SIM115 - closed by the pump thread
-        run.handle = self.backend.start(run.task)
+        run.handle = self.backend.start(restarted(run.task, run.restarts))
         run.started, run.ended, run.status, run.stopped = self.clock(), None, None, False
         pid = run.handle.pid
         self.events.write("task_started", task=run.name, address=run.task.address, pid=pid,
@@ -257,7 +293,7 @@ class Job:
         try:
             return self._run()
         finally:
-            self.stop(self.live(), "teardown")
+            self.teardown("teardown")
             for run in self.runs:
                 if run.pump is not None:
                     run.pump.join(timeout=5)
@@ -272,6 +308,8 @@ class Job:
                 break
             self.start_task(run)
         self.console.info(f"started {len(self.runs)} tasks; logs in {self.run_dir}/logs")
+        if self._default_monitors:
+            self.monitors = self.watchers()
         while True:
             if self.interrupted:
                 name = signal.Signals(self.interrupted).name
@@ -405,8 +443,16 @@ class Job:
                 self.console.info(f"  | {line}")
         return self._finish(1, reason)
 
-    def _finish(self, status: int, reason: str) -> JobResult:
+    def teardown(self, reason: str) -> None:
+        """Stop every live task in order: the trainers and the evaluator first, the ps once
+        they are gone (a ps stopped first leaves trainers hanging, or a checkpoint being
+        written half done). Ctrl-C, SIGTERM (``launch cancel``, Slurm's warning signal),
+        ``timeouts.job`` and failures all end this way."""
+        self.stop([r for r in self.live() if r.task.type != "ps"], reason)
         self.stop(self.live(), reason)
+
+    def _finish(self, status: int, reason: str) -> JobResult:
+        self.teardown(reason)
         result = JobResult(status, reason, self.runs, self.clock() - self.started)
         self.events.write("job_ended", status=status, reason=reason,
                           duration=round(result.duration, 3))

@@ -24,7 +24,6 @@ from typing import Any, Callable, Protocol
 from launcher.events import EventLog
 from launcher.output.console import Console
 from launcher.output.progress import progress_line
-from launcher.plan import JobPlan
 from orchestrator.coordinator import Coordinator, Progress
 from orchestrator.decisions import Decision, TaskState
 
@@ -115,15 +114,3 @@ class CoordinatorMonitor:
         if p.max_steps is not None and p.step is not None and p.step < p.max_steps:
             self.console.info(f"note: the newest complete checkpoint is at step {p.step}, "
                               f"short of max_steps {p.max_steps}")
-
-
-def coordinator_monitor(plan: JobPlan, console: Console, events: EventLog,
-                        not_answering: Callable[[], list[str]] | None = None
-                        ) -> CoordinatorMonitor:
-    """The coordinator's monitor for a plan: it reads model_dir as the plan resolved it;
-    ``not_answering`` names the tasks silent on gRPC for its progress line."""
-    t = plan.timeouts
-    coordinator = Coordinator(plan.storage.url, max_steps=plan.max_steps, poll=t["poll"],
-                              stall=t["stall"], startup=t["start"],
-                              reader=plan.storage.reader())
-    return CoordinatorMonitor(coordinator, console, events, not_answering=not_answering)

@@ -99,6 +99,14 @@ def max_steps_of(spec: Spec) -> int | None:
                             num_shards=len(spec.trainers), synchronous=spec.synchronous)
 
 
+def restart_policies(spec: Spec) -> dict[str, RestartPolicy]:
+    """The restart policy of every role in the job: the spec's, else the default."""
+    from launcher.restarts import policy_of
+
+    roles = list(spec.cluster) + (["evaluator"] if spec.evaluator is not None else [])
+    return {role: policy_of(role, spec.restart) for role in roles}
+
+
 def new_run_id(name: str) -> str:
     return f"{name}-{os.urandom(4).hex()}"
 
@@ -170,6 +178,6 @@ def build_plan(
                               resources_for(spec, job)))
     return JobPlan(run_id, spec.name, spec.model_dir, max_steps, tasks, spec.strategy,
                    backend=backend or spec.backend, timeouts=dict(spec.timeouts),
-                   restart=dict(spec.restart), check_storage=spec.check_storage,
+                   restart=restart_policies(spec), check_storage=spec.check_storage,
                    storage=model_dirs.resolve(spec.model_dir, spec.workdir, spec.env))
 

@@ -65,6 +65,14 @@ def classify_exit(status: int, tail: Iterable[str] = ()) -> tuple[str, str]:
     return ERROR, f"failed with exit status {status}"
 
 
+def policy_of(role: str, given: dict[str, RestartPolicy]) -> RestartPolicy:
+    """The spec's policy for ``role``, else the default (orchestrator.policies)."""
+    if role in given:
+        return given[role]
+    d = DEFAULTS[role]
+    return RestartPolicy(d.policy, d.max_restarts, d.backoff)
+
+
 @dataclass
 class RestartBook:
     """Applies the policies and counts the restarts each task caused."""
@@ -74,11 +82,7 @@ class RestartBook:
     caused: dict[str, int] = field(default_factory=dict)
 
     def policy_for(self, role: str) -> RestartPolicy:
-        given = self.overrides.get(role)
-        if given is not None:
-            return given
-        d = DEFAULTS[role]
-        return RestartPolicy(d.policy, d.max_restarts, d.backoff)
+        return policy_of(role, self.overrides)
 
     def judge_exit(self, role: str, name: str, status: int, tail: Iterable[str],
                    finishing: bool) -> Decision:

@@ -15,11 +15,11 @@ from typing import Any
 from launcher.errors import SpecError
 from orchestrator.roles import JOB_NAMES, ROLES, TRAINERS, trainer_jobs
 
-BACKENDS = ("local", "ssh", "slurm", "kubernetes")
+# Besides these, each registered backend's name is a key: its options (launcher/backends).
 TOP_LEVEL_KEYS = (
     "name", "cluster", "evaluator", "command", "model_dir", "max_steps", "epochs", "examples",
     "batch_size", "backend", "env", "workdir", "run_dir", "timeouts", "restart", "resources",
-    "check_storage", "ssh", "slurm", "kubernetes", "$schema", "description", "strategy",
+    "check_storage", "$schema", "description", "strategy",
 )
 # How the job trains: who reads training data and what one global step is.
 STRATEGIES = ("estimator", "parameter_server", "multi_worker_mirrored")
@@ -30,6 +30,7 @@ TIMEOUT_DEFAULTS = {
     "evaluator": 120.0,  # after training ended: time for the evaluator's last evaluation
     "kill": 5.0,        # SIGTERM to SIGKILL
     "poll": 1.0,        # how often the coordinator looks at model_dir
+    "job": 0.0,         # the whole job's deadline (0: none); then the ordered teardown
     "unresponsive": 30.0,  # a task whose TF server stops answering gRPC this long is lost
 }
 RESTART_POLICIES = ("never", "on-failure", "always")
@@ -94,6 +95,13 @@ class Spec:
         """Collective (MultiWorkerMirroredStrategy) training: one step is one batch on every
         trainer at once."""
         return self.strategy == "multi_worker_mirrored"
+
+
+def backend_names() -> tuple[str, ...]:
+    """The registered backends (each also names its options section)."""
+    from launcher.backends import names
+
+    return names()
 
 
 def resources_for(spec: Spec, role: str) -> dict[str, Any]:
@@ -337,7 +345,8 @@ def _parse_resources(raw: Any) -> dict[str, dict[str, Any]]:
 def validate(raw: Any, source: str | None = None) -> Spec:
     """Validate a decoded JSON document; return a Spec."""
     spec_obj = expect_dict(raw, "spec")
-    check_keys(spec_obj, TOP_LEVEL_KEYS, "")
+    backends = backend_names()
+    check_keys(spec_obj, TOP_LEVEL_KEYS + backends, "")
     if "cluster" not in spec_obj:
         raise _fail("cluster", "is required (job name to a list of addresses)")
     cluster = _parse_cluster(spec_obj["cluster"])
@@ -380,8 +389,8 @@ def validate(raw: Any, source: str | None = None) -> Spec:
         batch_size = expect_int(spec_obj["batch_size"], "batch_size")
 
     backend = expect_str(spec_obj.get("backend", "local"), "backend")
-    if backend not in BACKENDS:
-        raise _fail("backend", f"unknown backend {backend!r} (allowed: {', '.join(BACKENDS)})")
+    if backend not in backends:
+        raise _fail("backend", f"unknown backend {backend!r} (allowed: {', '.join(backends)})")
 
     n_trainers = sum(len(cluster.get(j, [])) for j in TRAINERS)
     inferred = ("multi_worker_mirrored" if "ps" not in cluster and n_trainers > 1
@@ -414,7 +423,7 @@ def validate(raw: Any, source: str | None = None) -> Spec:
             raise _fail("timeouts.poll", "must be greater than 0")
 
     backend_options = {}
-    for section in ("ssh", "slurm", "kubernetes"):
+    for section in backends:
         if section in spec_obj:
             backend_options[section] = expect_dict(spec_obj[section], section)
 

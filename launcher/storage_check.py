@@ -99,6 +99,12 @@ def check_shared_storage(plan, backend, console=None, events=None) -> None:
 
     Where sharing is certain (every task a process of this machine, and model_dir a local
     path) only the launcher's own write is checked: no probe process per task."""
+    if backend.local_processes and plan.storage.is_local_absolute(plan.model_dir):
+        _check_local_write(plan)
+        if console is not None:
+            console.info(f"model_dir {plan.model_dir}: the same storage for all "
+                         f"{len(plan.tasks)} tasks")
+        return
     import fsspec
 
     fs, root = fsspec.core.url_to_fs(plan.storage.url, **plan.storage.options)
@@ -112,12 +118,6 @@ def check_shared_storage(plan, backend, console=None, events=None) -> None:
     except Exception as e:  # noqa: BLE001 - any storage error: say what and where
         raise PreflightError(f"model_dir {plan.model_dir}: the launcher cannot write it "
                              f"({type(e).__name__}: {e})") from None
-    if backend.local_processes and plan.storage.is_local_absolute(plan.model_dir):
-        _remove(fs, [f"{root}/{launcher_name}"])
-        if console is not None:
-            console.info(f"model_dir {plan.model_dir}: the same storage for all "
-                         f"{len(plan.tasks)} tasks")
-        return
     names = {t.name: f"{tag}-{t.type}-{t.index}" for t in plan.tasks}
     tokens = {t.name: uuid.uuid4().hex for t in plan.tasks}
     timeout = plan.timeouts.get("start", 60.0)
@@ -177,6 +177,20 @@ def check_shared_storage(plan, backend, console=None, events=None) -> None:
     if console is not None:
         console.info(f"model_dir {plan.model_dir}: the same storage for all "
                      f"{len(outcomes)} tasks")
+
+
+def _check_local_write(plan) -> None:
+    """The launcher can create and write model_dir on this machine's filesystem."""
+    root = plan.storage.url.removeprefix("file://")
+    probe = os.path.join(root, f"{PROBE_PREFIX}{plan.run_id}-{uuid.uuid4().hex[:6]}-launcher")
+    try:
+        os.makedirs(root, exist_ok=True)
+        with open(probe, "w") as f:
+            f.write("probe")
+        os.remove(probe)
+    except OSError as e:
+        raise PreflightError(f"model_dir {plan.model_dir}: the launcher cannot write it "
+                             f"({type(e).__name__}: {e})") from None
 
 
 def _remove_empty_dir(fs, root: str) -> None:

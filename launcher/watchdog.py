@@ -8,11 +8,16 @@ closes (the launcher exited or was killed: the kernel closes its end either way)
 watchdog sends SIGTERM to every group still registered, SIGKILL to what is left after a
 grace period, and exits.
 
+A launcher may also leave commands to run at that moment (``!["scancel", "12"]``, a JSON
+argv; ``~`` forgets them): that is how a Slurm allocation is released when the launcher
+that holds it is killed.
+
 Run as ``python -m launcher.watchdog GRACE``; use ``Watchdog`` from the launcher side.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -20,6 +25,7 @@ import sys
 import time
 
 GRACE = 3.0
+COMMAND_TIMEOUT = 30.0   # seconds for each at_exit command
 
 
 class Watchdog:
@@ -48,6 +54,14 @@ class Watchdog:
 
     def forget(self, pgid: int) -> None:
         self._send(f"-{pgid}\n")
+
+    def at_exit(self, argv: list[str]) -> None:
+        """Run ``argv`` when the launcher is gone (after the groups were ended)."""
+        self._send("!" + json.dumps(argv) + "\n")
+
+    def clear_at_exit(self) -> None:
+        """Forget the commands given to ``at_exit`` (the launcher did the work itself)."""
+        self._send("~\n")
 
     def close(self) -> None:
         """Normal end: the watchdog ends whatever is still registered, then exits."""
@@ -104,11 +118,25 @@ def main(argv: list[str]) -> int:
         signal.signal(sig, signal.SIG_IGN)
     grace = float(argv[0]) if argv else GRACE
     groups: set[int] = set()
+    commands: list[list[str]] = []
     for raw in sys.stdin.buffer:            # blocks until a line or EOF (launcher gone)
         line = raw.strip()
-        if len(line) > 1 and line[1:].isdigit() and int(line[1:]) > 1:
+        if line[:1] == b"!":
+            try:
+                commands.append([str(a) for a in json.loads(line[1:])])
+            except ValueError:
+                pass
+        elif line == b"~":
+            commands.clear()
+        elif len(line) > 1 and line[1:].isdigit() and int(line[1:]) > 1:
             (groups.add if line[:1] == b"+" else groups.discard)(int(line[1:]))
     end_groups(groups, grace)
+    for argv in commands:
+        try:
+            subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, timeout=COMMAND_TIMEOUT)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
     return 0
 
 

@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from orchestrator.roles import TRAINERS
 from orchestrator.sharding import INDEX_VAR, Shard, current_shard, shard_dataset
 from orchestrator.steps import derive_max_steps, shard_steps
 
@@ -96,7 +97,7 @@ def trainers_in_tf_config(env: Mapping[str, str]) -> int | None:
         cluster = json.loads(env.get("TF_CONFIG") or "{}").get("cluster") or {}
     except (ValueError, AttributeError):
         raise ValueError("TF_CONFIG is not a JSON object") from None
-    count = sum(len(cluster.get(job) or []) for job in ("chief", "master", "worker"))
+    count = sum(len(cluster.get(job) or []) for job in TRAINERS)
     return count or None
 
 

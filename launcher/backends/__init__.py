@@ -1,12 +1,16 @@
-"""Backends, one module each. A new engine is a new module and one line here."""
+"""The backend registry: one module each, one line here. ``register`` adds one at run time
+(a test-only backend, a plug-in)."""
 
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
-from launcher.backends.base import Backend
+if TYPE_CHECKING:
+    from launcher.backends.base import Backend
 
-_MODULES = {
+# name -> the module that defines ``BACKEND`` (imported only when the backend is used)
+_REGISTRY: dict[str, str | type[Backend]] = {
     "local": "launcher.backends.local",
     "ssh": "launcher.backends.ssh",
     "slurm": "launcher.backends.slurm",
@@ -14,7 +18,23 @@ _MODULES = {
 }
 
 
+def register(name: str, backend: str | type[Backend]) -> None:
+    """Make ``backend`` (a class, or the name of a module defining ``BACKEND``) available
+    as ``"backend": name`` in specs."""
+    _REGISTRY[name] = backend
+
+
+def unregister(name: str) -> None:
+    _REGISTRY.pop(name, None)
+
+
+def names() -> tuple[str, ...]:
+    return tuple(_REGISTRY)
+
+
 def backend_class(name: str) -> type[Backend]:
-    """The Backend subclass for ``name`` (each module defines ``BACKEND``)."""
-    module = importlib.import_module(_MODULES[name])
-    return module.BACKEND
+    """The Backend subclass for ``name``."""
+    entry = _REGISTRY[name]
+    if isinstance(entry, str):
+        entry = importlib.import_module(entry).BACKEND
+    return entry

@@ -12,10 +12,11 @@ from __future__ import annotations
 import signal
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import IO, Any, ClassVar
+from typing import IO, TYPE_CHECKING, Any, ClassVar
 
-from launcher.plan import JobPlan, TaskPlan
-from launcher.spec import Spec
+if TYPE_CHECKING:
+    from launcher.plan import JobPlan, TaskPlan
+    from launcher.spec import Spec
 
 
 @dataclass
@@ -57,11 +58,20 @@ class Backend(ABC):
     """Start, poll, signal, stop tasks on one kind of infrastructure."""
 
     name: ClassVar[str]
+    # The spec section named like the backend: a dataclass of options declared with
+    # launcher.backends.options.option (None: the backend takes no options).
+    OPTIONS: ClassVar[type | None] = None
     # Every task is a process of this machine (it sees the launcher's filesystem).
     local_processes: ClassVar[bool] = False
     # The launcher can reach the tasks' addresses (their TF servers' gRPC): readiness and
     # liveness probes (launcher/liveness.py) work. Not from outside a Kubernetes cluster.
     reachable: ClassVar[bool] = True
+    # True when the launcher runs inside the engine's job (a detached Slurm run's batch
+    # script): ``prepare`` adopts that job, ``close`` leaves it to end with the script.
+    inside_job: bool = False
+    # True when ``--detach`` hands the whole job to the engine (``submit``); False: the
+    # launcher goes on as a daemon on this machine.
+    detached_by_engine: ClassVar[bool] = False
 
     def __init__(self, spec: Spec, options: Any = None):
         self.spec = spec
@@ -69,9 +79,18 @@ class Backend(ABC):
 
     @classmethod
     def validate_options(cls, raw: dict[str, Any] | None, field: str) -> Any:
-        """Validate this backend's section of the spec (``ssh``, ``slurm``...); raise
-        SpecError naming the field. Default: the backend takes no options."""
-        return raw or {}
+        """This backend's section of the spec (``ssh``, ``slurm``...) as its ``OPTIONS``;
+        SpecError naming the field when it is wrong."""
+        if cls.OPTIONS is not None:
+            from launcher.backends.options import parse
+
+            return parse(cls.OPTIONS, raw, field)
+        if raw:
+            from launcher.errors import SpecError
+
+            raise SpecError(f"{field}.{next(iter(raw))}",
+                            f"unknown key: backend {cls.name!r} takes no options")
+        return {}
 
     def host_for(self, host: str) -> str:
         """The address tasks use to reach ``host`` (the local backend maps all to localhost)."""
@@ -103,3 +122,28 @@ class Backend(ABC):
 
     def close(self) -> None:
         """Release whatever the backend holds (connections, allocations)."""
+
+    # ------------------------------------------------------------------ detached runs
+    def run_handle(self) -> dict[str, Any]:
+        """What names this run in the engine (``{"slurm_job": "12"}``), kept in the run's
+        state so that ``launch status`` and ``launch cancel`` find it."""
+        return {}
+
+    def requeued(self) -> bool:
+        """After the launcher was interrupted: the engine will run this job again (a
+        requeued Slurm batch job), so the run is queued, not cancelled."""
+        return False
+
+    def attempt(self) -> int:
+        """How many times this run was started before in the same run directory (a
+        requeued Slurm job): TFCLUSTER_RESTART_COUNT of every task."""
+        return 0
+
+    def submit(self, plan: JobPlan, run_dir: str, relaunch: list[str]) -> dict[str, Any]:
+        """``--detach`` when ``detached_by_engine``: submit the job (``relaunch`` is the
+        launcher's command line for inside the engine's job); return its handle."""
+        raise NotImplementedError(f"backend {self.name} runs detached jobs as a daemon")
+
+    def describe_detached(self, plan: JobPlan, run_dir: str, relaunch: list[str]) -> str | None:
+        """What ``--detach --dry-run`` prints besides the task list (the batch script)."""
+        return self.describe(plan)

@@ -1,10 +1,18 @@
 """Kubernetes backend: render the job as Kubernetes objects, apply them with kubectl, follow
 the pods.
 
-Two renderings (``kubernetes.mode``):
+Three renderings (``kubernetes.mode``):
+- ``jobset``: one JobSet (jobset.x-k8s.io/v1alpha2, kubernetes-sigs/jobset, maintained):
+  one replicated job per role, each an indexed Job whose pods get stable host names
+  ``NAME-ROLE-0-I.NAME`` (``network.enableDNSHostnames``); TF_CONFIG names them. The
+  success policy targets the chief (the workers without a chief) and the evaluator; when
+  it is met the JobSet controller deletes the Jobs still active: the ps. The failure policy
+  carries the spec's restart policies (a task restarted alone: its Job's
+  ``backoffLimitPerIndex``; a lost ps: the whole JobSet recreated, ``maxRestarts``).
 - ``tfjob``: one Kubeflow TFJob (kubeflow.org/v1). The training operator gives every pod
   its TF_CONFIG; ``runPolicy.cleanPodPolicy: Running`` deletes the ps (and any pod still
   running) once the job succeeded, which the chief's success decides (``successPolicy``).
+  The operator (training-operator v1.9) is no longer developed.
 - ``plain``: for clusters without the operator, per role a headless Service and an indexed
   Job whose pods are ``NAME-ROLE-I.NAME-ROLE.NAMESPACE.svc``; TF_CONFIG is in the pod
   template, the pod's index filled in by the kubelet from the completion index.
@@ -25,26 +33,25 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from launcher.backends.base import Backend, ProbeResult, TaskHandle
+from launcher.backends.options import option
 from launcher.errors import PreflightError, SpecError
 from launcher.plan import JobPlan, TaskPlan
 from launcher.redact import redact_env
 from launcher.spec import (
     Address,
     Spec,
-    check_keys,
-    expect_dict,
-    expect_int,
-    expect_str,
 )
 
-OPTION_KEYS = ("image", "namespace", "mode", "service_account", "image_pull_policy", "port",
-               "context", "kubectl", "node_selector", "image_pull_secrets", "env_from_secrets",
-               "ttl_seconds_after_finished")
-MODES = ("tfjob", "plain")
+MODES = ("tfjob", "plain", "jobset")
+JOBSET_API = "jobset.x-k8s.io/v1alpha2"
+JOBSET_RESTARTS = "jobset.sigs.k8s.io/restart-attempt"   # label on every pod of a JobSet
+KINDS = {"tfjob": "tfjob", "jobset": "jobset", "plain": "job,service"}
+CRDS = {"tfjob": ("tfjobs.kubeflow.org", "TFJob resource (Kubeflow training operator)"),
+        "jobset": ("jobsets.jobset.x-k8s.io", "JobSet resource (kubernetes-sigs/jobset)")}
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 CONTAINER = "tensorflow"          # the operator's default container name
 PORT_NAME = "tfjob-port"          # the operator reads the port from this container port
@@ -52,28 +59,53 @@ REPLICA_TYPES = {"chief": "Chief", "master": "Master", "worker": "Worker", "ps":
                  "evaluator": "Evaluator"}
 LABEL = "tfcluster.io"
 INDEX_LABELS = {"tfjob": "training.kubeflow.org/replica-index",
+                "jobset": "batch.kubernetes.io/job-completion-index",
                 "plain": "batch.kubernetes.io/job-completion-index"}
 INDEX_ENV = "TFCLUSTER_INDEX"
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 POLL_EVERY = 1.0                  # seconds between `kubectl get pods` calls
 
 
-@dataclass
+def _no_spaces(value: str, where: str) -> str:
+    if any(c.isspace() for c in value):
+        raise SpecError(where, f"{value!r} must not contain spaces")
+    return value
+
+
+def _dns_label(value: str, where: str) -> str:
+    if not _DNS_LABEL.match(value) or len(value) > 63:
+        raise SpecError(where, f"{value!r} is not a valid Kubernetes name (lower case "
+                               "letters, digits, '-')")
+    return value
+
+
+def _object_names(values: list[str], where: str) -> list[str]:
+    for i, value in enumerate(values):
+        if not _DNS_LABEL.match(value):
+            raise SpecError(f"{where}[{i}]", f"{value!r} is not a Kubernetes object name")
+    return values
+
+
+@dataclass(frozen=True)
 class KubernetesOptions:
     """The spec's ``kubernetes`` section."""
 
-    image: str = "tfcluster:tf2.15"
-    namespace: str = "default"
-    mode: str = "tfjob"
-    service_account: str | None = None
-    image_pull_policy: str = "IfNotPresent"
-    port: int = 2222
-    context: str | None = None
-    kubectl: str = "kubectl"
-    node_selector: dict[str, str] = field(default_factory=dict)
-    image_pull_secrets: list[str] = field(default_factory=list)
-    env_from_secrets: list[str] = field(default_factory=list)
-    ttl_seconds_after_finished: int = 3600
+    image: str = option("tfcluster:tf2.15", "str", check=_no_spaces, doc="every pod's image")
+    namespace: str = option("default", "str", check=_dns_label)
+    mode: str = option("tfjob", "choice", choices=MODES,
+                       doc="jobset (JobSet, maintained: the one to pick), tfjob (Kubeflow's "
+                           "TFJob, training-operator v1.9, unmaintained) or plain (indexed "
+                           "Jobs and Services)")
+    service_account: str | None = option(None, "str", check=_dns_label)
+    image_pull_policy: str = option("IfNotPresent", "choice", choices=PULL_POLICIES)
+    port: int = option(2222, "int", maximum=65535, doc="every task's port")
+    context: str | None = option(None, "str", check=_no_spaces, doc="kubectl context")
+    kubectl: str = option("kubectl", "str", check=_no_spaces, doc="the kubectl program")
+    node_selector: dict[str, str] = option({}, "map")
+    image_pull_secrets: list[str] = option([], "names", check=_object_names)
+    env_from_secrets: list[str] = option([], "names", check=_object_names)
+    ttl_seconds_after_finished: int = option(3600, "int", minimum=0)
+
 
 
 def k8s_name(text: str) -> str:
@@ -87,22 +119,11 @@ def quantity(memory: str) -> str:
     return memory[:-1] + "k" if memory.endswith("K") else memory
 
 
-def _names(items: Any, where: str) -> list[str]:
-    if not isinstance(items, list):
-        raise SpecError(where, "must be a list of names")
-    out = []
-    for i, item in enumerate(items):
-        value = expect_str(item, f"{where}[{i}]")
-        if not _DNS_LABEL.match(value):
-            raise SpecError(f"{where}[{i}]", f"{value!r} is not a Kubernetes object name")
-        out.append(value)
-    return out
-
-
 class KubernetesBackend(Backend):
     """Renders a TFJob (or plain Jobs and Services) and runs it through kubectl."""
 
     name = "kubernetes"
+    OPTIONS = KubernetesOptions
     options: KubernetesOptions
     reachable = False   # pod addresses are cluster-internal: the engine's state alone
 
@@ -111,9 +132,17 @@ class KubernetesBackend(Backend):
         self.job = k8s_name(spec.name)
         self._check_name_lengths()
         for role, policy in spec.restart.items():
-            if policy.policy != "never":
-                raise SpecError(f"restart.{role}", "the kubernetes backend does not restart "
-                                                   "tasks: the pods' controller owns them")
+            if policy.policy == "never":
+                continue
+            if self.options.mode != "jobset":
+                raise SpecError(f"restart.{role}", "the kubernetes backend restarts tasks "
+                                                   "only in mode \"jobset\" (JobSet's "
+                                                   "failure policy); the pods' controller "
+                                                   "owns them")
+            if policy.policy == "always" and role != "ps":
+                raise SpecError(f"restart.{role}", "policy \"always\" cannot be given to "
+                                                   "JobSet (a pod that exits 0 is complete): "
+                                                   "use \"on-failure\"")
         self._place_tasks_at_pods()
         self.plan: JobPlan | None = None
         self.applied = False
@@ -123,55 +152,10 @@ class KubernetesBackend(Backend):
         self.handles: list[KubernetesHandle] = []
 
     # ------------------------------------------------------------------ spec
-    @classmethod
-    def validate_options(cls, raw: dict[str, Any] | None, field: str) -> KubernetesOptions:
-        raw = expect_dict(raw or {}, field)
-        check_keys(raw, OPTION_KEYS, field)
-        o = KubernetesOptions()
-        for key in ("image", "context", "kubectl"):
-            if key in raw:
-                value = expect_str(raw[key], f"{field}.{key}")
-                if any(c.isspace() for c in value):
-                    raise SpecError(f"{field}.{key}", f"{value!r} must not contain spaces")
-                setattr(o, key, value)
-        for key in ("namespace", "service_account"):
-            if key in raw:
-                value = expect_str(raw[key], f"{field}.{key}")
-                if not _DNS_LABEL.match(value) or len(value) > 63:
-                    raise SpecError(f"{field}.{key}", f"{value!r} is not a valid Kubernetes "
-                                                      "name (lower case letters, digits, '-')")
-                setattr(o, key, value)
-        if "mode" in raw:
-            o.mode = expect_str(raw["mode"], f"{field}.mode")
-            if o.mode not in MODES:
-                raise SpecError(f"{field}.mode", f"must be one of {', '.join(MODES)}, got "
-                                                 f"{o.mode!r}")
-        if "image_pull_policy" in raw:
-            o.image_pull_policy = expect_str(raw["image_pull_policy"],
-                                             f"{field}.image_pull_policy")
-            if o.image_pull_policy not in PULL_POLICIES:
-                raise SpecError(f"{field}.image_pull_policy",
-                                f"must be one of {', '.join(PULL_POLICIES)}, got "
-                                f"{o.image_pull_policy!r}")
-        if "port" in raw:
-            o.port = expect_int(raw["port"], f"{field}.port")
-            if o.port > 65535:
-                raise SpecError(f"{field}.port", f"{o.port} is outside 1-65535")
-        if "ttl_seconds_after_finished" in raw:
-            o.ttl_seconds_after_finished = expect_int(raw["ttl_seconds_after_finished"],
-                                                      f"{field}.ttl_seconds_after_finished", 0)
-        if "node_selector" in raw:
-            sel = expect_dict(raw["node_selector"], f"{field}.node_selector")
-            o.node_selector = {k: expect_str(v, f"{field}.node_selector.{k}", True)
-                               for k, v in sel.items()}
-        for key in ("image_pull_secrets", "env_from_secrets"):
-            if key in raw:
-                setattr(o, key, _names(raw[key], f"{field}.{key}"))
-        return o
-
     def _check_name_lengths(self) -> None:
         longest = max(len(self.spec.cluster[j]) for j in self.spec.cluster)
-        worst = f"{self.job}-evaluator-{longest - 1}"
+        worst = f"{self.job}-evaluator-{'0-' if self.options.mode == 'jobset' else ''}" \
+                f"{longest - 1}"
         if len(worst) > 63:
             raise SpecError("name", f"{self.spec.name!r} is too long for Kubernetes: pod names "
                                     f"like {worst!r} must be at most 63 characters")
@@ -188,6 +172,8 @@ class KubernetesBackend(Backend):
         ns = self.options.namespace
         if self.options.mode == "tfjob":
             return f"{self.job}-{role}-{index}.{ns}.svc"
+        if self.options.mode == "jobset":   # JOBSET-RJOB-JOBINDEX-PODINDEX.SUBDOMAIN
+            return f"{self.job}-{role}-0-{index}.{self.job}.{ns}.svc"
         return f"{self.job}-{role}-{index}.{self.job}-{role}.{ns}.svc"
 
     def _place_tasks_at_pods(self) -> None:
@@ -208,6 +194,8 @@ class KubernetesBackend(Backend):
         """The Kubernetes objects of the job, as plain data."""
         if self.options.mode == "tfjob":
             return [self._tfjob(plan, redact)]
+        if self.options.mode == "jobset":
+            return [self._jobset(plan, redact)]
         out: list[dict] = []
         for role in self.roles():
             out.append(self._service(role))
@@ -247,6 +235,10 @@ class KubernetesBackend(Backend):
                     continue                        # the operator sets it
                 cluster = json.dumps(json.loads(value)["cluster"], separators=(",", ":"))
                 value = f'{{"cluster":{cluster},"task":{{"type":"{role}","index":$({INDEX_ENV})}}}}'
+            elif key == "TFCLUSTER_RESTART_COUNT" and mode == "jobset":
+                out.append({"name": key, "valueFrom": {"fieldRef": {  # the JobSet's restarts
+                    "fieldPath": f"metadata.labels['{JOBSET_RESTARTS}']"}}})
+                continue
             elif key == "TFCLUSTER_TASK":
                 value = f"{role}:$({INDEX_ENV})"
             elif key == "TFCLUSTER_SHARD_INDEX" and value != "0":
@@ -320,6 +312,55 @@ class KubernetesBackend(Backend):
             },
         }
 
+    def _jobset(self, plan: JobPlan, redact: bool) -> dict:
+        roles = self.roles()
+        replicated = []
+        for role, count in roles.items():
+            pod = self._pod_spec(plan, role, redact)
+            pod["restartPolicy"] = "Never"
+            policy = self.spec.restart.get(role)
+            per_index = policy.max_restarts if policy and policy.policy != "never" and \
+                role != "ps" else 0
+            job_spec: dict[str, Any] = {
+                "completionMode": "Indexed", "completions": count, "parallelism": count,
+                "template": {"metadata": {"labels": self._labels(role, plan.run_id)},
+                             "spec": pod}}
+            if per_index:   # a failed task alone is started again, up to max_restarts
+                job_spec["backoffLimitPerIndex"] = per_index
+            else:
+                job_spec["backoffLimit"] = 0
+            replicated.append({"name": role, "replicas": 1, "template": {
+                "metadata": {"labels": self._labels(role, plan.run_id)}, "spec": job_spec}})
+        primary = "chief" if "chief" in roles else "master" if "master" in roles else "worker"
+        targets = [primary] + (["evaluator"] if "evaluator" in roles else [])
+        return {
+            "apiVersion": JOBSET_API,
+            "kind": "JobSet",
+            "metadata": self._meta(self.job, run_id=plan.run_id),
+            "spec": {
+                "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
+                # done when the chief (else the workers) and the evaluator completed; the
+                # controller then deletes the Jobs still active: the ps
+                "successPolicy": {"operator": "All", "targetReplicatedJobs": targets},
+                "failurePolicy": self._failure_policy(roles),
+                "ttlSecondsAfterFinished": self.options.ttl_seconds_after_finished,
+                "replicatedJobs": replicated,
+            },
+        }
+
+    def _failure_policy(self, roles: dict[str, int]) -> dict:
+        """tfcluster's restart rules as JobSet's: a lost ps restarts the whole cluster (the
+        JobSet is recreated, up to the ps policy's max_restarts); any other Job that failed
+        (its tasks' own restarts used up) fails the JobSet."""
+        ps = self.spec.restart.get("ps")
+        ps_restarts = ps.max_restarts if ps and ps.policy != "never" and "ps" in roles else 0
+        rules = []
+        if ps_restarts:
+            rules.append({"name": "lostPsRestartsTheCluster", "action": "RestartJobSet",
+                          "targetReplicatedJobs": ["ps"]})
+        rules.append({"name": "anyOtherFailureFailsTheJob", "action": "FailJobSet"})
+        return {"maxRestarts": ps_restarts, "restartStrategy": "Recreate", "rules": rules}
+
     def _service(self, role: str) -> dict:
         """Headless: gives each pod of the role's Job a DNS name, before it is ready too."""
         return {
@@ -369,26 +410,57 @@ class KubernetesBackend(Backend):
             raise PreflightError("no Kubernetes cluster configured for kubectl ("
                                  f"{(done.stderr or done.stdout).strip()}); print the objects "
                                  "with --dry-run and apply them yourself")
-        if self.options.mode == "tfjob":
-            done = self.kubectl("get", "crd", "tfjobs.kubeflow.org", "-o", "name")
+        if self.options.mode in CRDS:
+            crd, what = CRDS[self.options.mode]
+            done = self.kubectl("get", "crd", crd, "-o", "name")
             if done.returncode != 0:
-                raise PreflightError("the cluster has no TFJob resource (Kubeflow training "
-                                     "operator); set kubernetes.mode to \"plain\"")
+                raise PreflightError(f"the cluster has no {what}; set kubernetes.mode to "
+                                     "\"plain\" (or install it)")
 
     def probe(self, task: TaskPlan, argv: list[str], timeout: float) -> ProbeResult:
         return ProbeResult(125, "pods cannot be probed before they exist: set \"check_storage\""
                                 ": false and give a model_dir every pod reaches (s3://, gs://, "
                                 "a volume)")
 
+    def apply(self) -> None:
+        """``kubectl apply`` of the job's objects (once)."""
+        if self.applied:
+            return
+        if self.plan is None:
+            raise RuntimeError("Kubernetes backend: apply before preflight()")
+        done = self.kubectl("apply", "-f", "-",
+                            stdin=render_yaml(self.objects(self.plan, redact=False)))
+        if done.returncode != 0:
+            raise PreflightError(f"kubectl apply failed: {done.stderr.strip()}")
+        self.applied = True
+
+    @property
+    def detached_by_engine(self) -> bool:  # type: ignore[override]
+        """TFJob and JobSet end the job themselves; plain Jobs need the launcher to stop
+        the ps, so a detached plain run keeps its launcher, as a daemon."""
+        return self.options.mode != "plain"
+
+    def submit(self, plan: JobPlan, run_dir: str, relaunch: list[str]) -> dict[str, Any]:
+        """``--detach``: apply, then return; the controller owns the job from here."""
+        self.preflight(plan)
+        self.apply()
+        self.applied = False            # this process leaves; the objects stay
+        return {"kubernetes": self.run_handle()["kubernetes"]}
+
+    def run_handle(self) -> dict[str, Any]:
+        if self.plan is None:
+            return {}
+        o = self.options
+        return {"kubernetes": {"kind": KINDS[o.mode], "name": self.job, "namespace": o.namespace,
+                               "run": self._labels(run_id=self.plan.run_id)[f"{LABEL}/run"],
+                               "kubectl": o.kubectl, "context": o.context}}
+
     def start(self, task: TaskPlan) -> TaskHandle:
-        if not self.applied:
-            if self.plan is None:
-                raise RuntimeError("Kubernetes backend: start() before preflight()")
-            done = self.kubectl("apply", "-f", "-",
-                                stdin=render_yaml(self.objects(self.plan, redact=False)))
-            if done.returncode != 0:
-                raise PreflightError(f"kubectl apply failed: {done.stderr.strip()}")
-            self.applied = True
+        if self.options.mode == "jobset" and any(p.policy != "never"
+                                                 for p in self.spec.restart.values()):
+            raise PreflightError("restart policies in kubernetes mode \"jobset\" are carried "
+                                 "out by JobSet itself: run the job with --detach")
+        self.apply()
         handle = KubernetesHandle(self, task)
         self.handles.append(handle)
         return handle
@@ -418,8 +490,7 @@ class KubernetesBackend(Backend):
         for handle in self.handles:
             handle.close()
         if self.applied:
-            kinds = "tfjob" if self.options.mode == "tfjob" else "job,service"
-            self.kubectl("delete", kinds, "-n", self.options.namespace, "-l",
+            self.kubectl("delete", KINDS[self.options.mode], "-n", self.options.namespace, "-l",
                          f"{LABEL}/job={self.job}", "--ignore-not-found", "--wait=false")
             self.applied = False
 
@@ -505,9 +576,76 @@ class KubernetesHandle(TaskHandle):
             self._logs.terminate()
 
 
+def _kubectl_of(handle: dict) -> list[str]:
+    return [handle.get("kubectl") or "kubectl",
+            *([f"--context={handle['context']}"] if handle.get("context") else [])]
+
+
+def engine_state(handle: dict) -> tuple[str, str]:
+    """A detached TFJob's or JobSet's state as its controller reports it: (run state, note)."""
+    argv = _kubectl_of(handle) + ["get", handle["kind"], handle["name"], "-n",
+                                  handle["namespace"], "-o", "json"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return "running", f"kubectl failed: {e}"
+    if done.returncode != 0:
+        if "NotFound" in done.stderr or "not found" in done.stderr:
+            return "lost", f"{handle['kind']} {handle['name']} no longer exists"
+        return "running", f"kubectl failed: {done.stderr.strip()}"
+    status = json.loads(done.stdout).get("status", {})
+    done_as = {c.get("type"): c for c in status.get("conditions", [])
+               if c.get("status") == "True"}
+    for kind, state in (("Completed", "succeeded"), ("Succeeded", "succeeded"),
+                        ("Failed", "failed")):
+        if kind in done_as:
+            message = done_as[kind].get("message")
+            return state, f"{handle['kind']} {handle['name']}: {kind}" + \
+                (f" ({message})" if message else "")
+    return "running", f"{handle['kind']} {handle['name']} is active"
+
+
+def engine_tasks(handle: dict) -> list[dict]:
+    """One row per pod of a detached run (newest pod of each task), for ``launch status``."""
+    argv = _kubectl_of(handle) + ["get", "pods", "-n", handle["namespace"], "-l",
+                                  f"{LABEL}/run={handle['run']}", "-o", "json"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        pods = json.loads(done.stdout).get("items", []) if done.returncode == 0 else []
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return []
+    index_label = INDEX_LABELS["tfjob" if handle["kind"] == "tfjob" else "jobset"]
+    newest: dict[str, dict] = {}
+    for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp", "")):
+        labels = pod["metadata"].get("labels", {})
+        newest[f"{labels.get(f'{LABEL}/role')}:{labels.get(index_label)}"] = pod
+    rows = []
+    for name, pod in newest.items():
+        code = KubernetesHandle.exit_code(pod)
+        rows.append({"task": name, "address": pod["metadata"]["name"],
+                     "state": pod.get("status", {}).get("phase", "Pending") if code is None
+                     else str(code), "duration": 0.0, "restarts": 0, "log": "-"})
+    return rows
+
+
+def delete_run(handle: dict, wait: float = 120.0) -> None:
+    """``launch cancel`` of a detached TFJob or JobSet: delete it and wait until every pod
+    of the run is gone (the controller deletes its Jobs and pods with it)."""
+    ns = ["-n", handle["namespace"]]
+    subprocess.run(_kubectl_of(handle) + ["delete", handle["kind"], handle["name"], *ns,
+                                          "--ignore-not-found", "--wait=true",
+                                          f"--timeout={int(wait)}s"],
+                   capture_output=True, text=True, timeout=wait + 30)
+    subprocess.run(_kubectl_of(handle) + ["wait", "--for=delete", "pods", *ns, "-l",
+                                          f"{LABEL}/run={handle['run']}",
+                                          f"--timeout={int(wait)}s"],
+                   capture_output=True, text=True, timeout=wait + 30)
+
+
 def render_yaml(objects: list[dict]) -> str:
     """YAML documents (``---`` between them); JSON when PyYAML is not installed (kubectl
     reads both)."""
+
     try:
         import yaml
     except ImportError:

@@ -32,14 +32,17 @@ def local_names() -> set[str]:
 
 def check_hosts_are_local(spec) -> None:
     """PreflightError naming the first address of the spec that is not this machine."""
-    names = local_names()
+    names: set[str] | None = None
     entries = [(f"cluster.{job}[{i}]", a) for job, addrs in spec.cluster.items()
                for i, a in enumerate(addrs)]
     if spec.evaluator is not None:
         entries.append(("evaluator", spec.evaluator))
     for where, addr in entries:
         host = addr.host.lower()
-        if host not in names and not host.startswith("127."):
+        if host == "localhost" or host.startswith("127."):
+            continue
+        names = names if names is not None else local_names()   # psutil: only when needed
+        if host not in names:
             raise PreflightError(f"{where}: host {addr.host!r} is not this machine, and "
                                  "backend \"local\" runs every task here (use --local to "
                                  "map every host to localhost, or backend \"ssh\")")

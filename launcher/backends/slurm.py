@@ -4,8 +4,17 @@
 every task's TF_CONFIG names the address of the node it will run on. Each task is then an
 ``srun --jobid=J --nodelist=NODE --overlap`` child of the launcher: its output streams
 back, its exit status is the task's, and a signal reaches the step through ``scancel
---signal``. ``close`` cancels the allocation and waits until Slurm shows it ended.
-docs/slurm.md explains the choice.
+--signal``. ``close`` cancels the allocation and waits until Slurm shows it ended. If the
+launcher is killed (even by SIGKILL), its watchdog process cancels the allocation (pending
+or granted) at once.
+
+``--detach`` submits a batch script instead (``sbatch``, ``batch_script``): the same
+allocation request as ``#SBATCH`` lines, and one command, this launcher with
+``--in-allocation``, which adopts the job it runs in (``inside_job``) and runs the tasks as
+steps of it exactly as above. The script asks for ``--requeue`` and a warning signal
+(``--signal=B:TERM@N``) before the time limit; a requeued job runs it again, in the same
+run id and run directory, and the tasks resume from model_dir's newest checkpoint.
+docs/slurm.md explains the choices.
 """
 
 from __future__ import annotations
@@ -19,27 +28,24 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from launcher.backends.base import Backend, ProbeResult, TaskHandle
+from launcher.backends.options import option
 from launcher.errors import PreflightError, SpecError
 from launcher.plan import JobPlan, TaskPlan
 from launcher.processes import ProcessHandle, die_with_parent, free_port, task_environ
 from launcher.spec import (
     ROLES,
     Spec,
-    check_keys,
-    expect_argv,
-    expect_dict,
-    expect_number,
-    expect_str,
     resources_for,
 )
+from launcher.watchdog import Watchdog
 from orchestrator.roles import in_start_order
 
-OPTION_KEYS = ("partition", "account", "qos", "time", "nodelist", "constraint",
-               "allocation_timeout", "salloc_args", "srun_args")
+DEFAULT_SIGNAL_LEAD = 120          # seconds before the time limit for the warning signal
+CANCEL_WAIT = 120.0                # seconds for the launcher's teardown after `launch cancel`
 LIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "RESIZING",
                "REQUEUED", "SIGNALING", "STAGE_OUT")
 GRANTED = re.compile(r"job allocation (\d+)")
@@ -50,19 +56,24 @@ SIGNAL_EXITS = {128 + s: -s for s in (signal.SIGHUP, signal.SIGINT, signal.SIGQU
 _UNITS_MB = {"": 1, "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
 
 
-@dataclass
+@dataclass(frozen=True)
 class SlurmOptions:
     """The spec's ``slurm`` section."""
 
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
-    time: str | None = None
-    nodelist: str | None = None
-    constraint: str | None = None
-    allocation_timeout: float | None = None   # seconds to wait for the allocation
-    salloc_args: list[str] = field(default_factory=list)
-    srun_args: list[str] = field(default_factory=list)
+    partition: str | None = option(None, "word", doc="the allocation's partition")
+    account: str | None = option(None, "word", doc="account to charge")
+    qos: str | None = option(None, "word", doc="quality of service")
+    time: str | None = option(None, "word", doc="time limit of the allocation")
+    nodelist: str | None = option(None, "word", doc="nodes to run on")
+    constraint: str | None = option(None, "word", doc="node features required")
+    allocation_timeout: float | None = option(None, "number", minimum=1,
+                                              doc="seconds to wait for the allocation")
+    salloc_args: list[str] = option([], "args", doc="more salloc options (--name=value)")
+    srun_args: list[str] = option([], "args", doc="more srun options (--name=value)")
+    signal_lead: int = option(DEFAULT_SIGNAL_LEAD, "int", minimum=1,
+                              doc="--detach: the warning signal this many seconds before "
+                                  "the time limit")
+
 
 
 def memory_mb(text: str) -> int:
@@ -142,11 +153,33 @@ class SlurmHandle(ProcessHandle):
             super().signal(sig)
 
 
+def cancel_job(job_id: str, queued: bool = False, wait: float = CANCEL_WAIT) -> str:
+    """``launch cancel`` of a detached run: SIGTERM to the batch step only (the launcher,
+    which stops its steps in order and exits), then ``scancel J`` for whatever is left;
+    wait until Slurm shows the job ended. Its final state."""
+    if not queued:
+        run_slurm(["scancel", "--batch", "--signal=TERM", job_id])
+        _wait_ended(job_id, wait)
+    run_slurm(["scancel", job_id])
+    return _wait_ended(job_id, 60.0)
+
+
+def _wait_ended(job_id: str, wait: float) -> str:
+    deadline = time.monotonic() + wait
+    state = job_state(job_id)
+    while state in LIVE_STATES and time.monotonic() < deadline:
+        time.sleep(0.2)
+        state = job_state(job_id)
+    return state
+
+
 class SlurmBackend(Backend):
     """One allocation (``salloc --no-shell``); each task an ``srun`` job step on its node."""
 
     name = "slurm"
+    OPTIONS = SlurmOptions
     options: SlurmOptions
+    detached_by_engine = True
 
     def __init__(self, spec: Spec, options: SlurmOptions | None = None):
         super().__init__(spec, options or SlurmOptions())
@@ -159,34 +192,10 @@ class SlurmBackend(Backend):
         self.node_of_label: dict[str, str] = {}
         self.addr_of_node: dict[str, str] = {}
         self.handles: list[SlurmHandle] = []
+        self.watchdog: Watchdog | None = None
         self._check_allocation_level()
 
     # ------------------------------------------------------------------ spec
-    @classmethod
-    def validate_options(cls, raw: dict[str, Any] | None, field: str) -> SlurmOptions:
-        raw = expect_dict(raw or {}, field)
-        check_keys(raw, OPTION_KEYS, field)
-        opts = SlurmOptions()
-        for key in ("partition", "account", "qos", "time", "nodelist", "constraint"):
-            if key in raw:
-                value = expect_str(raw[key], f"{field}.{key}")
-                if value.startswith("-") or any(c.isspace() for c in value):
-                    raise SpecError(f"{field}.{key}", f"{value!r} must be one word that does "
-                                                      "not start with '-'")
-                setattr(opts, key, value)
-        if "allocation_timeout" in raw:
-            opts.allocation_timeout = expect_number(raw["allocation_timeout"],
-                                                    f"{field}.allocation_timeout", minimum=1)
-        for key in ("salloc_args", "srun_args"):
-            if key in raw:
-                args = expect_argv(raw[key], f"{field}.{key}")
-                for i, arg in enumerate(args):
-                    if not arg.startswith("-"):
-                        raise SpecError(f"{field}.{key}[{i}]", f"{arg!r} is not an option: "
-                                        "write each as --name=value")
-                setattr(opts, key, args)
-        return opts
-
     def _check_allocation_level(self) -> None:
         """One allocation has one partition and one time limit: a role may not differ."""
         for key in ("partition", "time"):
@@ -206,6 +215,13 @@ class SlurmBackend(Backend):
     # ------------------------------------------------------------------ rendering
     def salloc_argv(self) -> list[str]:
         """The allocation: one node per distinct host label, sized for its busiest node."""
+        argv = ["salloc", "--no-shell", *self.allocation_options()]
+        if self.options.allocation_timeout:
+            argv.append(f"--immediate={int(self.options.allocation_timeout)}")
+        return argv + list(self.options.salloc_args)
+
+    def allocation_options(self) -> list[str]:
+        """The allocation's size and place, for salloc and for a batch script alike."""
         per_label: dict[str, dict[str, int]] = {h: {"cpus": 0, "mem": 0, "gpus": 0}
                                                 for h in self.labels}
         for (role, _), label in self.label_of.items():
@@ -216,7 +232,7 @@ class SlurmBackend(Backend):
                 per_label[label]["mem"] += memory_mb(res["memory"])
         o = self.options
         default = self.spec.resources.get("default", {})
-        argv = ["salloc", "--no-shell", f"--job-name=tfc-{self.spec.name}",
+        argv = [f"--job-name=tfc-{self.spec.name}",
                 f"--nodes={len(self.labels)}", "--ntasks-per-node=1",
                 f"--cpus-per-task={max(v['cpus'] for v in per_label.values()) or 1}"]
         mem = max(v["mem"] for v in per_label.values())
@@ -232,9 +248,7 @@ class SlurmBackend(Backend):
                             ("nodelist", o.nodelist), ("constraint", o.constraint)):
             if value:
                 argv.append(f"--{flag}={value}")
-        if o.allocation_timeout:
-            argv.append(f"--immediate={int(o.allocation_timeout)}")
-        return argv + list(o.salloc_args)
+        return argv
 
     def srun_argv(self, task: TaskPlan, job_id: str, node: str) -> list[str]:
         res = resources_for(self.spec, task.type)
@@ -271,10 +285,76 @@ class SlurmBackend(Backend):
         lines.append("scancel $J")
         return "\n".join(lines)
 
+    def batch_script(self, run_dir: str, relaunch: list[str]) -> str:
+        """The ``--detach`` batch script: the allocation as ``#SBATCH`` lines, then this
+        launcher inside it, which runs each task as a job step (the same ``srun`` lines as
+        an attached run, placement and per-role resources included)."""
+        lead = self.options.signal_lead
+        options = [*self.allocation_options(), *self.options.salloc_args,
+                   f"--output={os.path.join(run_dir, 'launcher.log')}", "--open-mode=append",
+                   f"--chdir={os.getcwd()}", "--export=ALL", "--requeue",
+                   f"--signal=B:TERM@{lead}"]
+        return "\n".join([
+            "#!/bin/bash",
+            *(f"#SBATCH {opt}" for opt in options),
+            "# tfcluster: the launcher runs inside this allocation and starts every task as a",
+            "# job step (srun --overlap), ends the job at max_steps and stops the ps. The",
+            f"# warning signal ({lead}s before the time limit) reaches the launcher alone; it",
+            "# stops the tasks in order. A requeued job runs this script again: same run id,",
+            "# the tasks resume from model_dir's newest checkpoint.",
+            "exec " + shlex.join(relaunch), ""])
+
+    def describe_detached(self, plan: JobPlan, run_dir: str, relaunch: list[str]) -> str:
+        steps = [line for line in self.describe(plan).splitlines() if " srun " in line]
+        return "\n".join(["# Slurm --detach: sbatch of this batch script", "",
+                          self.batch_script(run_dir, relaunch),
+                          "# inside it, the launcher runs each task as a job step:", *steps])
+
+    def submit(self, plan: JobPlan, run_dir: str, relaunch: list[str]) -> dict[str, Any]:
+        path = os.path.join(run_dir, "batch.sh")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(self.batch_script(run_dir, relaunch))
+        os.chmod(path, 0o755)
+        done = run_slurm(["sbatch", "--parsable", path])
+        if done.returncode != 0 or not done.stdout.strip():
+            reason = (done.stderr or done.stdout).strip() or f"exit {done.returncode}"
+            raise PreflightError(f"sbatch failed: {reason}")
+        return {"slurm_job": done.stdout.strip().split(";")[0], "batch_script": path,
+                "batch": True}
+
+    def run_handle(self) -> dict[str, Any]:
+        """The job; ``batch``: the launcher runs inside it (``launch cancel`` signals the
+        batch step), else it holds the allocation from outside (it is signalled itself)."""
+        if not self.job_id:
+            return {}
+        return {"slurm_job": self.job_id, **({"batch": True} if self.inside_job else {})}
+
+    def requeued(self) -> bool:
+        """Slurm requeued the batch job this launcher runs in (preemption, ``scontrol
+        requeue``): its restart count went up."""
+        job = os.environ.get("SLURM_JOB_ID") if self.inside_job else None
+        done = run_slurm(["scontrol", "show", "job", "-o", job]) if job else None
+        m = re.search(r"\bRestarts=(\d+)", done.stdout) if done and done.returncode == 0 else None
+        return bool(m) and int(m.group(1)) > self.attempt()
+
+    def attempt(self) -> int:
+        """A requeued batch job runs again with SLURM_RESTART_COUNT = 1, 2..."""
+        if not self.inside_job:
+            return 0
+        count = os.environ.get("SLURM_RESTART_COUNT", "0")
+        return int(count) if count.isdigit() else 0
+
     # ------------------------------------------------------------------ allocation
     def prepare(self) -> None:
-        self.job_id = self._allocate(self.salloc_argv())
-        atexit.register(self.close)
+        if self.inside_job:
+            self.job_id = os.environ.get("SLURM_JOB_ID")
+            if not self.job_id:
+                raise PreflightError("--in-allocation outside a Slurm job (no SLURM_JOB_ID)")
+        else:
+            # if this launcher dies, even by SIGKILL, its watchdog cancels the allocation
+            self.watchdog = Watchdog()
+            self.job_id = self._allocate(self.salloc_argv())
+            atexit.register(self.close)
         state = job_state(self.job_id)
         if state != "RUNNING":
             raise PreflightError(f"Slurm job {self.job_id} is {state}, not RUNNING, after "
@@ -306,12 +386,18 @@ class SlurmBackend(Backend):
                 m = GRANTED.search(line)
                 if m and self.job_id is None:
                     self.job_id = m.group(1)
+                    if self.watchdog is not None:
+                        self.watchdog.at_exit(["scancel", self.job_id])
 
+        if self.watchdog is not None:
+            self.watchdog.watch(proc.pid)      # a pending salloc ends with the launcher
         reader = threading.Thread(target=read, daemon=True)
         reader.start()
         try:
             status = proc.wait()
             reader.join(timeout=5)
+            if self.watchdog is not None:
+                self.watchdog.forget(proc.pid)
         except BaseException:
             proc.terminate()
             try:
@@ -383,17 +469,19 @@ class SlurmBackend(Backend):
             if handle.proc.poll() is None:
                 handle.kill()
         job_id, self.job_id = self.job_id, None
-        if job_id is not None:
+        if job_id is not None and not self.inside_job:   # a batch job ends with its script
             run_slurm(["scancel", job_id])
-            deadline = time.monotonic() + wait
-            while job_state(job_id) in LIVE_STATES and time.monotonic() < deadline:
-                time.sleep(0.2)
+            _wait_ended(job_id, wait)
         for handle in self.handles:
             try:
                 handle.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
         self.handles.clear()
+        if self.watchdog is not None:
+            self.watchdog.clear_at_exit()
+            self.watchdog.close()
+            self.watchdog = None
 
 
 def _step_env(task: TaskPlan) -> dict[str, str]:

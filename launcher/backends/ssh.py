@@ -25,7 +25,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -33,21 +33,16 @@ import psutil
 
 from launcher import remote_bootstrap
 from launcher.backends.base import Backend, ProbeResult, TaskHandle
+from launcher.backends.options import option
+from launcher.backends.options import parse as parse_section
 from launcher.errors import PreflightError, SpecError
 from launcher.plan import JobPlan, TaskPlan
 from launcher.processes import die_with_parent
 from launcher.spec import (
-    check_keys,
-    expect_bool,
-    expect_dict,
-    expect_int,
-    expect_number,
     expect_str,
 )
 from launcher.storage_check import probe_python
 
-OPTION_KEYS = ("user", "port", "identity_file", "known_hosts_file", "strict_host_key_checking",
-               "connect_timeout", "config_file", "options", "python", "multiplex")
 # OpenSSH options the backend sets itself or that have their own key in the ssh section.
 RESERVED = {"batchmode": "", "stricthostkeychecking": "strict_host_key_checking",
             "userknownhostsfile": "known_hosts_file", "connecttimeout": "connect_timeout",
@@ -62,70 +57,55 @@ MIN_SILENCE = 10.0            # a host ends its task after this much silence, at
 BOOTSTRAP_SOURCE = Path(remote_bootstrap.__file__).read_text(encoding="utf-8")
 
 
+def _user_name(value: str, where: str) -> str:
+    if value.startswith("-") or "@" in value:
+        raise SpecError(where, f"{value!r} is not a user name")
+    return value
+
+
+def _openssh_options(extra: dict[str, Any], where: str) -> dict[str, str]:
+    clean = {}
+    for name, value in extra.items():
+        at = f"{where}.{name}"
+        if not name.isalnum():
+            raise SpecError(at, "is not an OpenSSH option name (letters and digits)")
+        if name.lower() in RESERVED:
+            own = RESERVED[name.lower()]
+            why = f"use {where.rsplit('.', 1)[0]}.{own}" if own else "it cannot be changed"
+            raise SpecError(at, f"set by tfcluster; {why}")
+        if isinstance(value, bool):
+            value = "yes" if value else "no"
+        elif isinstance(value, int):
+            value = str(value)
+        value = expect_str(value, at)
+        if "\n" in value or "\x00" in value:
+            raise SpecError(at, "must be one line")
+        clean[name] = value
+    return clean
+
+
 @dataclass(frozen=True)
 class SSHOptions:
     """The spec's ``ssh`` section."""
 
-    user: str | None = None
-    port: int | None = None
-    identity_file: str | None = None
-    known_hosts_file: str | None = None
-    strict_host_key_checking: bool | str = True   # True, False or "accept-new"
-    connect_timeout: float = 10.0
-    config_file: str | None = None
-    options: dict[str, str] = field(default_factory=dict)
-    python: str | None = None     # the bootstrap's interpreter; None: the task's own Python
-    multiplex: bool = True
+    user: str | None = option(None, "str", check=_user_name, doc="remote user name")
+    port: int | None = option(None, "int", maximum=65535, doc="sshd port of every host")
+    identity_file: str | None = option(None, "path", doc="private key file")
+    known_hosts_file: str | None = option(None, "path", doc="known_hosts file")
+    strict_host_key_checking: bool | str = option(
+        True, "choice", choices=(True, False, "accept-new"),
+        message='must be true, false or "accept-new"', doc="host-key checking (on by default)")
+    connect_timeout: float = option(10.0, "number", minimum=1, doc="seconds to connect")
+    config_file: str | None = option(None, "path", doc="an ssh_config file")
+    options: dict[str, str] = option({}, "map", check=_openssh_options,
+                                     doc="more OpenSSH options (-o NAME=VALUE)")
+    python: str | None = option(None, "str", doc="the remote bootstrap's interpreter")
+    multiplex: bool = option(True, "bool", doc="one connection per host for every task")
+
 
 
 def parse_options(raw: dict[str, Any] | None, where: str = "ssh") -> SSHOptions:
-    section = expect_dict(raw if raw is not None else {}, where)
-    check_keys(section, OPTION_KEYS, where)
-    kw: dict[str, Any] = {}
-    for key in ("user", "identity_file", "known_hosts_file", "config_file", "python"):
-        if key in section:
-            value = expect_str(section[key], f"{where}.{key}")
-            if "\n" in value or "\x00" in value:
-                raise SpecError(f"{where}.{key}", "must be one line")
-            kw[key] = os.path.expanduser(value) if key.endswith("_file") else value
-    if "user" in kw and (kw["user"].startswith("-") or "@" in kw["user"]):
-        raise SpecError(f"{where}.user", f"{kw['user']!r} is not a user name")
-    if "port" in section:
-        kw["port"] = expect_int(section["port"], f"{where}.port")
-        if kw["port"] > 65535:
-            raise SpecError(f"{where}.port", f"must be at most 65535, got {kw['port']}")
-    if "connect_timeout" in section:
-        kw["connect_timeout"] = expect_number(section["connect_timeout"],
-                                              f"{where}.connect_timeout", minimum=1)
-    if "strict_host_key_checking" in section:
-        value = section["strict_host_key_checking"]
-        if value is not True and value is not False and value != "accept-new":
-            raise SpecError(f"{where}.strict_host_key_checking",
-                            f"must be true, false or \"accept-new\", got {value!r}")
-        kw["strict_host_key_checking"] = value
-    if "multiplex" in section:
-        kw["multiplex"] = expect_bool(section["multiplex"], f"{where}.multiplex")
-    if "options" in section:
-        extra = expect_dict(section["options"], f"{where}.options")
-        clean = {}
-        for name, value in extra.items():
-            at = f"{where}.options.{name}"
-            if not name.isalnum():
-                raise SpecError(at, "is not an OpenSSH option name (letters and digits)")
-            if name.lower() in RESERVED:
-                own = RESERVED[name.lower()]
-                why = f"use {where}.{own}" if own else "it cannot be changed"
-                raise SpecError(at, f"set by tfcluster; {why}")
-            if isinstance(value, bool):
-                value = "yes" if value else "no"
-            elif isinstance(value, int):
-                value = str(value)
-            value = expect_str(value, at)
-            if "\n" in value or "\x00" in value:
-                raise SpecError(at, "must be one line")
-            clean[name] = value
-        kw["options"] = clean
-    return SSHOptions(**kw)
+    return parse_section(SSHOptions, raw, where)
 
 
 def _ssh_path(path: str) -> str:
@@ -350,6 +330,7 @@ class SSHBackend(Backend):
     storage probes and its first task; a master connection for hosts with several tasks."""
 
     name = "ssh"
+    OPTIONS = SSHOptions
 
     def __init__(self, spec, options: SSHOptions | None = None):
         super().__init__(spec, options if options is not None else SSHOptions())
@@ -364,10 +345,6 @@ class SSHBackend(Backend):
         self._heart: threading.Thread | None = None
         self._closed = threading.Event()
         self._lock = threading.Lock()
-
-    @classmethod
-    def validate_options(cls, raw: dict[str, Any] | None, field: str) -> SSHOptions:
-        return parse_options(raw, field)
 
     # ------------------------------------------------------------------ ssh command lines
     def ssh_argv(self, host: str, command: str | None = None, master_path: str | None = None,
@@ -583,6 +560,7 @@ class SSHBackend(Backend):
 
     def probe(self, task: TaskPlan, argv: list[str], timeout: float) -> ProbeResult:
         """In the host's preflight session (no new remote shell), else in a new session."""
+
         message = {"probe": {"argv": list(argv), "env": task.env, "cwd": task.cwd,
                              "timeout": timeout}}
         wait = timeout + self.options.connect_timeout + 10

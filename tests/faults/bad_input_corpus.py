@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from launcher.spec import TOP_LEVEL_KEYS
+from launcher.spec import TOP_LEVEL_KEYS, backend_names
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class Path:
 
 
 DROP = object()
-TOP_KEYS = ", ".join(sorted(TOP_LEVEL_KEYS))    # the list grows with the spec
+TOP_KEYS = ", ".join(sorted(TOP_LEVEL_KEYS + backend_names()))    # the list grows with the spec
 E = "launch: error: {spec}: "
 
 CASES: list[tuple[str, object, list[str], str]] = [
@@ -51,7 +51,7 @@ CASES: list[tuple[str, object, list[str], str]] = [
     ("typo-top-level", {"max_step": 10}, [],
      E + "max_step: unknown key (allowed: " + TOP_KEYS + ")"),
     ("typo-timeouts", {"timeouts": {"stal": 10}}, [],
-     E + "timeouts.stal: unknown key (allowed: evaluator, finish, kill, poll, stall, start, "
+     E + "timeouts.stal: unknown key (allowed: evaluator, finish, job, kill, poll, stall, start, "
        "unresponsive)"),
     ("typo-restart-role", {"restart": {"workers": "never"}}, [],
      E + "restart.workers: unknown key (allowed: chief, evaluator, master, ps, worker)"),
@@ -201,4 +201,29 @@ CASES: list[tuple[str, object, list[str], str]] = [
      "(NotADirectoryError: [Errno 20] Not a directory: '{tmp}/a-file/model')"),
     ("deeply-nested-json", Raw('{"cluster": ' + "[" * 100000), [],
      E + "invalid JSON: lists or objects nested too deeply"),
+]
+
+# Commands that follow runs: (id, run directory to set up, argv, expected). The run root is
+# {tmp}/runs, holding ``ok-run`` (a run of this version) and ``old-run`` (a run directory
+# written by another version of tfcluster); nothing is written or stopped.
+OLD = ("launch: error: {tmp}/runs/old-run was written by another version of tfcluster "
+       "(state version 0, this launch reads version 1)")
+UNKNOWN = ("launch: error: no run 'nosuch' under {tmp}/runs (`launch list` shows the runs; "
+           "give --root for another run root)")
+RUN_CASES: list[tuple[str, list[str], str]] = [
+    ("status-unknown-run", ["status", "nosuch"], UNKNOWN),
+    ("logs-unknown-run", ["logs", "nosuch", "-f"], UNKNOWN),
+    ("cancel-unknown-run", ["cancel", "nosuch"], UNKNOWN),
+    ("status-other-version", ["status", "old-run"], OLD),
+    ("logs-other-version", ["logs", "{tmp}/runs/old-run"], OLD),
+    ("cancel-other-version", ["cancel", "old-run"], OLD),
+    ("logs-unknown-task", ["logs", "ok-run", "chief:7"],
+     "launch: error: run ok-run has no task 'chief:7' (tasks: chief:0, launcher)"),
+    ("status-ambiguous-prefix", ["status", "o"],
+     "launch: error: run id 'o' is ambiguous under {tmp}/runs: ok-run, old-run"),
+    ("status-not-a-run-dir", ["status", "{tmp}/runs/ok-run/logs"],
+     "launch: error: {tmp}/runs/ok-run/logs is not a run directory (no state.json)"),
+    ("status-other-root", ["status", "ok-run", "--root", "{tmp}/elsewhere"],
+     "launch: error: no run 'ok-run' under {tmp}/elsewhere (`launch list` shows the runs; "
+     "give --root for another run root)"),
 ]

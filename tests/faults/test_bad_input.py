@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from bad_input_corpus import CASES, DROP, Raw
+from bad_input_corpus import CASES, DROP, RUN_CASES, Raw
 from bad_input_corpus import Path as SpecPath
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -103,6 +103,31 @@ def test_bad_input_is_one_clear_error(tmp_path, capsys, case_id, spec, argv, exp
     assert "Traceback" not in err
     assert not (tmp_path / "started").exists()            # no task ran
     assert not (tmp_path / "model").exists()              # model_dir untouched
+
+
+def write_runs(root: Path) -> None:
+    """A run of this version (ok-run, one task) and one of another version (old-run)."""
+    from launcher.runs import VERSION
+
+    for name, version in (("ok-run", VERSION), ("old-run", 0)):
+        (root / name / "logs").mkdir(parents=True)
+        (root / name / "state.json").write_text(json.dumps({
+            "version": version, "run_id": name, "name": "bad", "backend": "local",
+            "state": "succeeded", "tasks": [{"task": "chief:0", "address": "localhost:1",
+                                             "state": "0", "log": "logs/chief-0.log"}]}))
+
+
+@pytest.mark.parametrize("case_id, argv, expected", RUN_CASES, ids=[c[0] for c in RUN_CASES])
+def test_bad_run_commands_are_one_clear_error(tmp_path, capsys, monkeypatch, case_id, argv,
+                                              expected):
+    write_runs(tmp_path / "runs")
+    monkeypatch.setenv("TFCLUSTER_RUNS", str(tmp_path / "runs"))
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    status = run_main(fill(argv, {"tmp": str(tmp_path)}))
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert err.strip().splitlines() == [fill(expected, {"tmp": str(tmp_path)})]
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
 
 
 def test_corpus_is_large_and_ids_are_unique():

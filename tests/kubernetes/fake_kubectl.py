@@ -92,7 +92,19 @@ def main(argv: list[str]) -> int:
         save_state(state)
         print(f'pod "{args[2]}" deleted')
         return 0
+    if args[:2] in (["get", "jobset"], ["get", "tfjob"]):
+        if args[2] in state.get("deleted_objects", []):
+            print(f'Error from server (NotFound): {args[1]} "{args[2]}" not found',
+                  file=sys.stderr)
+            return 1
+        print(json.dumps(scenario.get("controller", {"status": {}})))
+        return 0
+    if args[:1] == ["wait"]:
+        return 0
     if args[:1] == ["delete"]:
+        if len(args) > 2 and not args[2].startswith("-"):
+            state.setdefault("deleted_objects", []).append(args[2])
+            save_state(state)
         print(f"{args[1]} deleted")
         return 0
     print(f"fake kubectl: unexpected call {argv}", file=sys.stderr)

@@ -247,26 +247,6 @@ def test_every_pods_tf_config_is_accepted_by_tensorflow(tmp_path):
 
 
 # ---------------------------------------------------------------- launch through kubectl
-@pytest.fixture
-def fake_kubectl(tmp_path):
-    """`kubectl` on PATH replaying a recorded scenario; returns (env, state dir, use)."""
-    state = tmp_path / "kubectl"
-    state.mkdir()
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    wrapper = bin_dir / "kubectl"
-    wrapper.write_text(f'#!/bin/sh\nexec {PY_TF215} {HERE / "fake_kubectl.py"} "$@"\n')
-    wrapper.chmod(0o755)
-    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_KUBECTL_DIR": str(state)}
-
-    def use(scenario: str, **extra) -> None:
-        doc = json.loads((HERE / "recorded" / scenario).read_text())
-        doc.update(extra)
-        (state / "scenario.json").write_text(json.dumps(doc))
-
-    return env, state, use
-
-
 def small_spec(tmp_path: Path) -> Path:
     return write_spec(tmp_path, "tfjob", name="k8s-est", evaluator=None,
                       cluster={"chief": 1, "worker": 1, "ps": 1},

@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-from infra.slurm_cluster import SlurmCluster, missing_programs
 from support import PY_TF215, launched, run_launch, tfcluster_tasks, wait_gone
 
 from launcher.backends.slurm import job_state
@@ -18,30 +17,6 @@ REPO = Path(__file__).resolve().parents[2]
 # each task first says where Slurm runs it, then becomes the Estimator example
 SHOW_STEP = ('echo "$TFCLUSTER_TASK on node $SLURMD_NODENAME step $SLURM_JOB_ID.$SLURM_STEP_ID"; '
              'exec "$0" "$@"')
-
-
-@pytest.fixture(scope="session")
-def slurm_cluster():
-    problems = missing_programs()
-    if os.geteuid() != 0:
-        problems.append("root (slurmd and munged run as root here)")
-    if problems:
-        message = "Slurm test cluster needs: " + ", ".join(problems)
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    cluster = SlurmCluster(nodes=2).start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-
-
-@pytest.fixture
-def slurm_env(slurm_cluster, monkeypatch):
-    """SLURM_CONF for this test process (helpers like job_state) and for `launch`."""
-    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
-    return slurm_cluster.env
 
 
 def write_spec(tmp_path: Path, **overrides) -> Path:

@@ -1,10 +1,13 @@
 """Rebuild the schema subsets in this folder (see README.md for the sources).
 
     python make_subset.py K8S_DEFINITIONS_JSON TFJOB_CRD_YAML [COMPOSE_SPEC_JSON]
+    python make_subset.py jobset JOBSET_CRD_YAML
 
 K8S_DEFINITIONS_JSON: v1.30.0-local-strict/_definitions.json of kubernetes-validate 1.37.0
 TFJOB_CRD_YAML: manifests/base/crds/kubeflow.org_tfjobs.yaml of kubeflow/training-operator v1.9.0
 COMPOSE_SPEC_JSON: schema/compose-spec.json of compose-spec/compose-spec (commit in README.md)
+JOBSET_CRD_YAML: config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml of
+kubernetes-sigs/jobset v0.12.0
 """
 
 import json
@@ -72,5 +75,16 @@ def main(definitions: str, crd: str, compose: str | None = None) -> None:
         (HERE / "compose-spec.json").write_text(json.dumps(schema, **compact) + "\n")
 
 
+def crd_schema(crd: str, version: str, out: str) -> None:
+    """The openAPIV3Schema of one version of a CRD, descriptions dropped."""
+    crd_doc = yaml.safe_load(Path(crd).read_text())
+    found = next(v for v in crd_doc["spec"]["versions"] if v["name"] == version)
+    schema = strip(found["schema"]["openAPIV3Schema"])
+    (HERE / out).write_text(json.dumps(schema, separators=(",", ":")) + "\n")
+
+
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    if sys.argv[1] == "jobset":
+        crd_schema(sys.argv[2], "v1alpha2", "jobset-v1alpha2-crd-v0.12.0.json")
+    else:
+        main(*sys.argv[1:4])

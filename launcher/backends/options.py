@@ -1,0 +1,206 @@
+"""Backend options declared as data: each backend's spec section is a frozen dataclass whose
+fields carry their kind and rules (``option(...)``). One parser and one JSON Schema come from
+that declaration, so a new engine writes no validation code of its own:
+
+    @dataclass(frozen=True)
+    class DockerOptions:
+        image: str | None = option(None, "word", doc="the tasks' image")
+        network: str = option("host", "choice", choices=("host", "bridge"))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Callable
+
+from launcher.errors import SpecError
+
+KINDS = ("str", "word", "path", "int", "number", "bool", "choice", "args", "map", "names")
+
+
+def option(default: Any = None, kind: str = "str", *, doc: str = "",
+           minimum: float | None = None, maximum: float | None = None,
+           choices: tuple = (), check: Callable[[Any, str], Any] | None = None,
+           message: str | None = None) -> Any:
+    """A dataclass field that is one option of a backend's section.
+
+    kinds: ``str`` (one line), ``word`` (no spaces, not starting with '-'), ``path`` (one
+    line, ``~`` expanded), ``int``, ``number``, ``bool``, ``choice`` (one of ``choices``),
+    ``args`` (command-line options, each starting with '-'), ``map`` (names to one-line
+    strings), ``names`` (a list of words). ``check(value, where)`` adds a rule of the
+    backend's own and returns the value to keep; ``message`` replaces the generic error
+    for a value of the wrong kind."""
+    assert kind in KINDS, kind
+    meta = {"kind": kind, "doc": doc, "minimum": minimum, "maximum": maximum,
+            "choices": choices, "check": check, "message": message}
+    if isinstance(default, (dict, list)):
+        return dataclasses.field(default_factory=lambda: type(default)(default),
+                                 metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def keys(options_type: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(options_type))
+
+
+def parse(options_type: type, raw: Any, where: str) -> Any:
+    """An ``options_type`` from a spec section; SpecError naming the field otherwise."""
+    from launcher.spec import check_keys, expect_dict
+
+    section = expect_dict(raw if raw is not None else {}, where)
+    check_keys(section, keys(options_type), where)
+    values = {}
+    for f in dataclasses.fields(options_type):
+        if f.name in section:
+            at = f"{where}.{f.name}"
+            value = _value(f.metadata, section[f.name], at)
+            check = f.metadata.get("check")
+            values[f.name] = check(value, at) if check else value
+    return options_type(**values)
+
+
+def _one_line(value: Any, where: str) -> str:
+    from launcher.spec import expect_str
+
+    text = expect_str(value, where)
+    if "\n" in text or "\x00" in text:
+        raise SpecError(where, "must be one line")
+    return text
+
+
+def _value(meta: dict, value: Any, where: str) -> Any:
+    from launcher.spec import expect_argv, expect_bool, expect_dict, expect_int, expect_number
+
+    kind = meta["kind"]
+    low, high = meta["minimum"], meta["maximum"]
+    if kind == "str":
+        return _one_line(value, where)
+    if kind == "path":
+        return os.path.expanduser(_one_line(value, where))
+    if kind == "word":
+        text = _one_line(value, where)
+        if text.startswith("-") or any(c.isspace() for c in text):
+            raise SpecError(where, f"{text!r} must be one word that does not start with '-'")
+        return text
+    if kind == "int":
+        number = expect_int(value, where, minimum=int(low if low is not None else 1))
+        if high is not None and number > high:
+            raise SpecError(where, f"must be at most {high:g}, got {number}")
+        return number
+    if kind == "number":
+        return expect_number(value, where, minimum=low if low is not None else 0.0)
+    if kind == "bool":
+        return expect_bool(value, where)
+    if kind == "choice":
+        if not any(value is c or (type(value) is type(c) and value == c)
+                   for c in meta["choices"]):
+            allowed = ", ".join(_shown(c) for c in meta["choices"])
+            raise SpecError(where, f"{meta['message'] or f'must be one of {allowed}'}, "
+                                   f"got {value!r}")
+        return value
+    if kind == "args":
+        args = expect_argv(value, where)
+        for i, arg in enumerate(args):
+            if not arg.startswith("-"):
+                raise SpecError(f"{where}[{i}]", f"{arg!r} is not an option: write each as "
+                                                 "--name=value")
+        return args
+    if kind == "map":
+        given = expect_dict(value, where)
+        return {k: _one_line(v, f"{where}.{k}") if not isinstance(v, (bool, int)) else v
+                for k, v in given.items()}
+    if kind == "names":
+        if not isinstance(value, list):
+            raise SpecError(where, "must be a list of names")
+        return [_value({**meta, "kind": "word"}, v, f"{where}[{i}]") for i, v in enumerate(value)]
+    raise AssertionError(kind)
+
+
+def _shown(value: Any) -> str:
+    if value is True or value is False:
+        return str(value).lower()
+    return value if isinstance(value, str) else repr(value)
+
+
+def schema(options_type: type, description: str) -> dict[str, Any]:
+    """The JSON Schema of a backend's section, derived from its declaration."""
+    props: dict[str, Any] = {}
+    for f in dataclasses.fields(options_type):
+        m = f.metadata
+        kind = m["kind"]
+        s: dict[str, Any]
+        if kind in ("str", "word", "path"):
+            s = {"type": "string"}
+        elif kind == "int":
+            s = {"type": "integer", "minimum": int(m["minimum"] if m["minimum"] is not None
+                                                   else 1)}
+            if m["maximum"] is not None:
+                s["maximum"] = m["maximum"]
+        elif kind == "number":
+            s = {"type": "number", "minimum": m["minimum"] if m["minimum"] is not None else 0}
+        elif kind == "bool":
+            s = {"type": "boolean"}
+        elif kind == "choice":
+            s = {"enum": list(m["choices"])}
+        elif kind in ("args", "names"):
+            s = {"type": "array", "items": {"type": "string"}}
+        else:
+            s = {"type": "object"}
+        if m["doc"]:
+            s["description"] = m["doc"]
+        props[f.name] = s
+    return {"type": "object", "description": description, "additionalProperties": False,
+            "properties": props}
+
+
+def refresh_schema(doc: dict[str, Any]) -> dict[str, Any]:
+    """The spec's JSON Schema ``doc`` with its ``backend`` enum and backend sections made
+    anew from the registry: ``python -m launcher.backends.options cluster_specs/schema.json``
+    rewrites the file, and a test checks that it is up to date."""
+    from launcher.backends import backend_class, names
+
+    props = doc["properties"]
+    props["backend"]["enum"] = list(names())
+    for name in names():
+        cls = backend_class(name)
+        if cls.OPTIONS is not None:
+            props[name] = schema(cls.OPTIONS, f"Options of the {name} backend "
+                                              f"(docs/{name}.md).")
+    return doc
+
+
+def refresh_schema_text(text: str) -> str:
+    """The schema file's text with the lines ``refresh_schema`` makes anew rewritten in
+    place (one line each, as the file writes them); the rest of the file is kept as is."""
+    import json
+    import re
+
+    doc = refresh_schema(json.loads(text))
+    lines = text.splitlines()
+    derived = ["backend"] + [n for n in doc["properties"] if n in _sections(doc)]
+    for name in derived:
+        new = f'    "{name}": {json.dumps(doc["properties"][name])}'
+        at = [i for i, line in enumerate(lines) if re.match(rf'    "{re.escape(name)}": ', line)]
+        if at:
+            lines[at[0]] = new + ("," if lines[at[0]].rstrip().endswith(",") else "")
+        else:                       # a new backend: after the last section
+            last = max(i for i, line in enumerate(lines)
+                       if any(line.startswith(f'    "{n}": ') for n in derived))
+            lines[last] = lines[last].rstrip(",") + ","
+            lines.insert(last + 1, new)
+    return "\n".join(lines) + "\n"
+
+
+def _sections(doc: dict[str, Any]) -> list[str]:
+    return [n for n in doc["properties"]["backend"]["enum"] if n in doc["properties"]]
+
+
+if __name__ == "__main__":
+    import sys
+
+    path = sys.argv[1]
+    with open(path, encoding="utf-8") as f:
+        refreshed = refresh_schema_text(f.read())
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(refreshed)

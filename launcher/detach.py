@@ -1,0 +1,168 @@
+"""`launch SPEC --detach`: start or submit the job, return once it runs or is queued.
+
+- Engines that run whole jobs (``Backend.detached_by_engine``: Slurm) get the job
+  submitted (``Backend.submit``: an ``sbatch`` script that runs this launcher inside the
+  allocation); nothing of the job depends on this process afterwards.
+- Every other backend (local, ssh): the launcher goes on as a daemon in a session of its
+  own (fork, setsid, fork), stdin from /dev/null, stdout and stderr into the run
+  directory's ``launcher.log``, working directory unchanged (relative paths of the spec keep
+  their meaning). It runs the very same job loop, watchdog and teardown as an attached
+  run; closing the terminal does not reach it. This process waits until every task has
+  started (or the daemon reported an error, exit 2 for bad input) and returns.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+
+from launcher.errors import UsageError
+
+LAUNCHER_LOG = "launcher.log"
+
+
+def relaunch_argv(args, command: list[str] | None, run_dir: str, run_id: str) -> list[str]:
+    """This launcher's command line for inside the engine's job: same spec and options,
+    this run's id and directory."""
+    argv = [sys.executable, "-m", "launcher.cli", os.path.abspath(args.spec), "--in-allocation",
+            "--run-id", run_id, "--run-dir", run_dir, "--quiet"]
+    if args.retrain:
+        argv.append("--retrain")
+    if command:
+        argv += ["--", *command]
+    return argv
+
+
+def follow_commands(run_id: str, run_dir: str) -> list[str]:
+    from launcher.runs import RunError, find_run
+
+    try:
+        ref = run_id if os.path.samefile(find_run(run_id), run_dir) else run_dir
+    except (RunError, OSError):
+        ref = run_dir
+    return [f"launch {verb} {shlex.quote(ref)}" for verb in ("status", "logs", "cancel")]
+
+
+def detach(spec, backend, command: list[str] | None, args) -> int:
+    from launcher.cli import default_run_dir, make_plan, render_dry_run
+
+    if backend.detached_by_engine:
+        plan = make_plan(spec, backend, command, run_id=args.run_id)
+        run_dir = os.path.abspath(args.run_dir or default_run_dir(spec, plan.run_id))
+        relaunch = relaunch_argv(args, command, run_dir, plan.run_id)
+        if args.dry_run:
+            print(render_dry_run(plan, backend, as_json=args.json,
+                                 extra=backend.describe_detached(plan, run_dir, relaunch)))
+            return 0
+        return _submit(spec, backend, plan, run_dir, relaunch)
+    if args.dry_run:
+        print(render_dry_run(make_plan(spec, backend, command), backend, as_json=args.json))
+        return 0
+    backend.prepare()
+    plan = make_plan(spec, backend, command, run_id=args.run_id)
+    run_dir = os.path.abspath(args.run_dir or default_run_dir(spec, plan.run_id))
+    return _daemon(spec, backend, plan, command, args, run_dir)
+
+
+def _submit(spec, backend, plan, run_dir: str, relaunch: list[str]) -> int:
+    from launcher.cli import _write_plan
+    from launcher.runs import RunState, describe_handle
+
+    os.makedirs(run_dir, exist_ok=True)
+    state = RunState(run_dir, plan.run_id, plan.name, backend.name, max_steps=plan.max_steps,
+                     detached=True, spec_path=spec.source, state="queued")
+    _write_plan(run_dir, plan)
+    try:
+        handle = backend.submit(plan, run_dir, relaunch)
+    except UsageError as e:
+        state.update(state="failed", reason=str(e), status=e.exit_status)
+        raise
+    state.update(handle=handle, launcher={})
+    _announce(plan.run_id, run_dir, f"submitted as {describe_handle(handle)}")
+    return 0
+
+
+def _announce(run_id: str, run_dir: str, how: str) -> None:
+    print(f"run {run_id} {how}; run dir {run_dir}")
+    for line in follow_commands(run_id, run_dir):
+        print(f"  {line}")
+    sys.stdout.flush()
+
+
+def _daemon(spec, backend, plan, command, args, run_dir: str) -> int:
+    """Fork the launcher into a daemon that runs the job; wait for its first word."""
+    os.makedirs(run_dir, exist_ok=True)
+    args.run_dir = run_dir
+    sys.stdout.flush()
+    sys.stderr.flush()
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:                                  # pragma: no cover - in the daemon
+        os.close(read_end)
+        _become_daemon(spec, backend, plan, command, args, run_dir, write_end)
+    os.close(write_end)
+    os.waitpid(child, 0)                            # the middle process exits at once
+    with os.fdopen(read_end, "rb") as pipe:
+        word = pipe.read().decode(errors="replace").strip()
+    if word.startswith("ready"):
+        _announce(plan.run_id, run_dir, f"detached (launcher pid {word.split()[1]})")
+        return 0
+    if word.startswith("error"):
+        _, status, message = word.split(" ", 2)
+        raise UsageError(message) if status == "2" else SystemExit(int(status))
+    from launcher.runs import RunError, read_state
+
+    try:
+        state = read_state(run_dir)
+    except RunError:
+        state = {}
+    if state.get("state") == "succeeded":
+        print(f"run {plan.run_id} ended at once: {state.get('reason')}")
+        return 0
+    print(f"launch: the detached launcher ended before every task started; see "
+          f"{os.path.join(run_dir, LAUNCHER_LOG)}", file=sys.stderr)
+    return 1
+
+
+def _become_daemon(spec, backend, plan, command, args, run_dir: str, pipe: int) -> None:
+    """In the child: new session, second fork, stdio into launcher.log, run the job."""
+    status = 1
+    try:
+        os.setsid()
+        if os.fork():
+            os._exit(0)
+        log = os.open(os.path.join(run_dir, LAUNCHER_LOG),
+                      os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(null)
+        os.close(log)
+        sys.stdin = open(os.devnull)  # noqa: SIM115 - for the process's life
+        args.quiet = True
+
+        def ready(_state) -> None:
+            _say(pipe, f"ready {os.getpid()}")
+
+        from launcher.cli import _exit_of, execute
+
+        try:
+            status = execute(spec, backend, plan, command, args, on_running=ready)
+        except BaseException as e:       # noqa: BLE001 - every end is reported
+            status, reason = _exit_of(e)
+            print(f"launch: error: {reason}", file=sys.stderr)
+            _say(pipe, f"error {status} {reason}")
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+
+
+def _say(pipe: int, word: str) -> None:
+    try:
+        os.write(pipe, word.encode() + b"\n")
+        os.close(pipe)
+    except OSError:
+        pass

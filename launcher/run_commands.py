@@ -1,0 +1,302 @@
+"""`launch list`, `launch status RUN`, `launch logs RUN [TASK] [-f]`, `launch cancel RUN`:
+follow any run, attached or detached, of any backend, from its run directory's state
+(launcher/runs.py) and, where an engine owns the tasks, from the engine (squeue, kubectl).
+
+Exit status of ``status``: 0 while the run is starting, queued or running, and when it
+succeeded; 1 when it failed, was cancelled, or its launcher died; 2 for an unknown run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from typing import IO
+
+from launcher.output.summary import rows_table
+from launcher.runs import (
+    CANCEL_FILE,
+    LIVE,
+    RunError,
+    describe_handle,
+    find_run,
+    launcher_alive,
+    list_runs,
+    read_state,
+    write_json_atomic,
+)
+
+CANCEL_WAIT = 120.0      # seconds for the launcher's ordered teardown after SIGTERM
+FOLLOW_EVERY = 0.2
+LIST_HEADER = ("id", "name", "backend", "state", "started", "duration", "step")
+
+
+# ---------------------------------------------------------------------- state, as seen now
+def current_state(state: dict) -> tuple[str, str | None]:
+    """(state, note): the recorded state, corrected by what can be seen now. A live state
+    whose launcher is gone is ``lost``; a Slurm job's engine state is asked from squeue."""
+    recorded = state.get("state")
+    if recorded not in LIVE:
+        return recorded, None
+    job = (state.get("handle") or {}).get("slurm_job")
+    if job:
+        from launcher.backends.slurm import LIVE_STATES, job_state
+
+        engine = job_state(job)
+        if engine in ("PENDING", "REQUEUED", "CONFIGURING"):
+            return "queued", f"Slurm job {job} is {engine}"
+        if engine not in LIVE_STATES:
+            return "lost", (f"the launcher died: Slurm job {job} is {engine} but the run "
+                            "never recorded its end")
+        return recorded, f"Slurm job {job} is {engine}"
+    if (state.get("handle") or {}).get("kubernetes"):
+        from launcher.backends.kubernetes import engine_state
+
+        return engine_state(state["handle"]["kubernetes"])
+    alive = launcher_alive(state)
+    if alive is False:
+        launcher = state.get("launcher", {})
+        return "lost", (f"the launcher (pid {launcher.get('pid')} on {launcher.get('host')}) "
+                        "died before the run ended; its watchdog ended the tasks")
+    return recorded, None
+
+
+def _clock(t: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
+
+
+def _duration(state: dict) -> str:
+    start = state.get("started")
+    if not start:
+        return "-"
+    end = state.get("ended") or (time.time() if state.get("state") in LIVE else start)
+    secs = max(0.0, end - start)
+    if secs < 60:
+        return f"{secs:.0f}s"
+    if secs < 3600:
+        return f"{int(secs // 60)}m{int(secs % 60):02d}s"
+    return f"{int(secs // 3600)}h{int(secs % 3600 // 60):02d}m"
+
+
+def _progress(state: dict) -> str:
+    step, top = state.get("step"), state.get("max_steps")
+    return f"{step if step is not None else '-'}/{top if top is not None else '-'}"
+
+
+def task_table(state: dict, run_dir: str, now: str | None = None) -> str:
+    """The closing summary's columns: task, address, exit, duration, restarts, log. For a
+    run whose launcher died, a task it left running is shown gone or still running."""
+    from launcher.runs import process_started
+
+    rows = []
+    live = state.get("state") in LIVE
+    for t in state.get("tasks", []):
+        secs = time.time() - t["since"] if live and t.get("since") else t["duration"]
+        shown = t["state"]
+        if now == "lost" and shown == "running":
+            alive = t.get("pid") and process_started(t["pid"]) is not None
+            shown = "still running (orphan)" if alive else "gone"
+        rows.append((t["task"], t["address"], shown, f"{secs:.1f}s", str(t["restarts"]),
+                     os.path.join(run_dir, t["log"]) if t["log"] != "-" else "-"))
+    return rows_table(rows) if rows else "(no task started yet)"
+
+
+# ---------------------------------------------------------------------- list
+def _root_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=f"launch {prog}", description=description)
+    p.add_argument("--root", metavar="DIR",
+                   help="the run root (default: $TFCLUSTER_RUNS, else .tfcluster/runs)")
+    return p
+
+
+def _run_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    p = _root_parser(prog, description)
+    p.add_argument("run", metavar="RUN", help="run id (or a unique prefix), or run directory")
+    return p
+
+
+def _open_run(args: argparse.Namespace) -> tuple[str, dict]:
+    """(run directory, state) of the RUN argument; RunError (exit 2) otherwise."""
+    run_dir = find_run(args.run, args.root)
+    return run_dir, read_state(run_dir)
+
+
+def list_main(argv: list[str]) -> int:
+    p = _root_parser("list", "The runs under the run root, newest first.")
+    args = p.parse_args(argv)
+    rows = []
+    for run_dir, state in list_runs(args.root):
+        if state is None:
+            rows.append((os.path.basename(run_dir), "?", "?", "other version", "-", "-", "-"))
+            continue
+        now, _ = current_state(state)
+        rows.append((state["run_id"], state["name"], state["backend"], now,
+                     _clock(state.get("started")), _duration(state), _progress(state)))
+    print(rows_table(rows, LIST_HEADER) if rows else "no runs")
+    return 0
+
+
+# ---------------------------------------------------------------------- status
+def status_main(argv: list[str]) -> int:
+    p = _run_parser("status", "A run's state, progress and per-task rows. Exit 0 while it "
+                               "runs or when it succeeded, 1 when it failed, was cancelled or "
+                               "its launcher died.")
+    run_dir, state = _open_run(p.parse_args(argv))
+    now, note = current_state(state)
+    where = describe_handle(state.get("handle") or {})
+    where = f"  {where}" if where else ""
+    attempt = f"  attempt {state['attempt'] + 1}" if state.get("attempt") else ""
+    print(f"run {state['run_id']}  {state['name']}  backend {state['backend']}{where}  "
+          f"state {now}{attempt}")
+    print(f"started {_clock(state.get('started'))}  duration {_duration(state)}  "
+          f"step {_progress(state)}  restarts {state.get('restarts', 0)}")
+    if note:
+        print(note)
+    if state.get("reason"):
+        print(f"reason: {state['reason']}")
+    k8s = (state.get("handle") or {}).get("kubernetes")
+    if k8s and not state.get("tasks"):       # no launcher follows it: ask for the pods
+        from launcher.backends.kubernetes import engine_tasks
+
+        state["tasks"] = engine_tasks(k8s)
+    print(task_table(state, run_dir, now))
+    return 0 if now in LIVE + ("succeeded",) else 1
+
+
+# ---------------------------------------------------------------------- logs
+def _log_of(state: dict, run_dir: str, task: str) -> tuple[str, str]:
+    """(name, path) of one task's log; 'launcher' is the detached launcher's own output."""
+    if task == "launcher":
+        return task, os.path.join(run_dir, "launcher.log")
+    wanted = task if ":" in task else f"{task}:0"
+    wanted = wanted.replace("-", ":") if ":" not in task and "-" in task else wanted
+    for t in state.get("tasks", []):
+        if t["task"] == wanted:
+            return t["task"], os.path.join(run_dir, t["log"])
+    names = ", ".join(t["task"] for t in state.get("tasks", [])) or "none started yet"
+    raise RunError(f"run {state['run_id']} has no task {task!r} (tasks: {names}, launcher)")
+
+
+def logs_main(argv: list[str], out: IO[str] | None = None) -> int:
+    p = _run_parser("logs", "A task's log, or every task's log with [task] prefixes.")
+    p.add_argument("task", metavar="TASK", nargs="?",
+                   help="chief:0, worker:1, ps, evaluator... or 'launcher' (default: all)")
+    p.add_argument("-f", "--follow", action="store_true",
+                   help="keep printing new lines until the run ends")
+    args = p.parse_args(argv)
+    out = out or sys.stdout
+    run_dir, state = _open_run(args)
+    if args.task:
+        logs = [_log_of(state, run_dir, args.task)]
+    else:
+        logs = [(t["task"], os.path.join(run_dir, t["log"])) for t in state.get("tasks", [])]
+    prefix = args.task is None
+    offsets: dict[str, int] = {}
+    while True:
+        _print_new(logs, offsets, prefix, out)
+        if not args.follow:
+            return 0
+        state = read_state(run_dir)
+        if not args.task:       # tasks that started since
+            known = {n for n, _ in logs}
+            logs += [(t["task"], os.path.join(run_dir, t["log"]))
+                     for t in state.get("tasks", []) if t["task"] not in known]
+        if current_state(state)[0] not in LIVE:
+            _print_new(logs, offsets, prefix, out)
+            return 0
+        time.sleep(FOLLOW_EVERY)
+
+
+def _print_new(logs: list[tuple[str, str]], offsets: dict[str, int], prefix: bool,
+               out: IO[str]) -> None:
+    for name, path in logs:
+        try:
+            with open(path, "rb") as f:
+                if os.fstat(f.fileno()).st_size < offsets.get(path, 0):
+                    offsets[path] = 0       # a new file (the next attempt of a requeued run)
+                f.seek(offsets.get(path, 0))
+                data = f.read()
+        except OSError:
+            continue
+        end = data.rfind(b"\n") + 1           # whole lines only; the rest comes next time
+        if not end:
+            continue
+        offsets[path] = offsets.get(path, 0) + end
+        for line in data[:end].decode(errors="replace").splitlines():
+            out.write(f"[{name}] {line}\n" if prefix else f"{line}\n")
+    out.flush()
+
+
+# ---------------------------------------------------------------------- cancel
+def cancel_main(argv: list[str]) -> int:
+    p = _run_parser("cancel", "Stop a run with the same ordered teardown as Ctrl-C; "
+                               "nothing is left running.")
+    run_dir, state = _open_run(p.parse_args(argv))
+    now, _ = current_state(state)
+    if state.get("state") not in LIVE:
+        print(f"run {state['run_id']} already ended: {state['state']}")
+        return 0
+    write_json_atomic(os.path.join(run_dir, CANCEL_FILE), {"time": time.time(),
+                                                           "pid": os.getpid()})
+    handle = state.get("handle") or {}
+    if not handle.get("batch"):     # a launcher on this machine: its own ordered teardown
+        _stop_launcher(state, run_dir)
+    if handle.get("slurm_job"):     # the launcher inside the batch job, or what is left
+        from launcher.backends.slurm import cancel_job
+
+        cancel_job(handle["slurm_job"], queued=now == "queued" or not handle.get("batch"))
+    elif handle.get("kubernetes"):
+        from launcher.backends.kubernetes import delete_run
+
+        delete_run(handle["kubernetes"])
+    end_leftovers(state["run_id"])
+    state = read_state(run_dir)
+    if state.get("state") in LIVE:        # no launcher recorded the end: record it here
+        state.update(state="cancelled", ended=time.time(),
+                     reason=f"cancelled by `launch cancel` ({now} when cancelled)")
+        write_json_atomic(os.path.join(run_dir, "state.json"), state)
+    print(f"cancelled run {state['run_id']}: {state.get('reason')}")
+    return 0
+
+
+def _stop_launcher(state: dict, run_dir: str) -> None:
+    """SIGTERM to the run's launcher (its job loop stops every task, ps last); SIGKILL when
+    it does not end in time (its watchdog then ends the tasks)."""
+    if not launcher_alive(state):
+        return
+    pid = state["launcher"]["pid"]
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + CANCEL_WAIT
+    while launcher_alive(state) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if launcher_alive(state):
+        os.kill(pid, signal.SIGKILL)
+
+
+def end_leftovers(run_id: str, grace: float = 5.0) -> list[int]:
+    """Processes on this machine that belong to the run (TFCLUSTER_RUN_ID in their
+    environment) and are still alive: SIGTERM, then SIGKILL. Their pids."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if proc.environ().get("TFCLUSTER_RUN_ID") == run_id:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    for proc in found:
+        try:
+            proc.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(found, timeout=grace)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    return [p.pid for p in found]
+

@@ -1,0 +1,303 @@
+"""The run registry: every run keeps its state in its run directory (``state.json``).
+
+The launcher that runs the job is the only writer while it lives; each write replaces the
+file atomically (temp file + rename), so ``launch list/status`` read a whole state at any
+moment. The state holds the plan's file, each task's state and exit, the backend's handle
+(Slurm job id, Kubernetes object names), the launcher's pid and host, progress (newest
+checkpoint step) and, at the end, the summary. ``version`` guards the format: a run
+directory written by another version is refused with one clear line.
+
+Run states: ``starting`` (checks, before the tasks run), ``queued`` (submitted to an
+engine, not running yet), ``running``, then ``succeeded``, ``failed`` or ``cancelled``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from typing import Any, Callable
+
+from launcher.errors import UsageError
+from launcher.events import EventLog
+
+VERSION = 1
+STATE_FILE = "state.json"
+CANCEL_FILE = "cancel.json"
+DEFAULT_ROOT = os.path.join(".tfcluster", "runs")
+ROOT_ENV = "TFCLUSTER_RUNS"
+LIVE = ("starting", "queued", "running")
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+class RunError(UsageError):
+    """An unknown run, or a run directory this version cannot read: exit 2."""
+
+
+def write_json_atomic(path: str, doc: Any) -> None:
+    """Write ``doc`` so that a reader sees the old file or the new one, never half."""
+    tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1, default=str)
+    os.replace(tmp, path)
+
+
+def runs_root(root: str | None = None) -> str:
+    return root or os.environ.get(ROOT_ENV) or DEFAULT_ROOT
+
+
+def process_started(pid: int) -> float | None:
+    """The process's start time (seconds since the epoch), None when there is no such
+    process (zombies count as gone)."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return proc.create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
+def launcher_alive(state: dict) -> bool | None:
+    """Whether the run's launcher process still runs; None when it runs on another host
+    (a Slurm node) and cannot be seen from here."""
+    launcher = state.get("launcher") or {}
+    pid = launcher.get("pid")
+    if not pid:
+        return None
+    if launcher.get("host") != socket.gethostname():
+        return None
+    started = process_started(pid)
+    return started is not None and abs(started - launcher.get("create_time", started)) < 1.0
+
+
+def read_state(run_dir: str) -> dict:
+    """The state of one run directory; RunError when it is missing or of another version."""
+    path = os.path.join(run_dir, STATE_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            state = json.load(f)
+    except FileNotFoundError:
+        raise RunError(f"{run_dir} is not a run directory (no {STATE_FILE})") from None
+    except (OSError, ValueError) as e:
+        raise RunError(f"{path} cannot be read: {e}") from None
+    version = state.get("version") if isinstance(state, dict) else None
+    if version != VERSION:
+        raise RunError(f"{run_dir} was written by another version of tfcluster (state version "
+                       f"{version!r}, this launch reads version {VERSION})")
+    return state
+
+
+def find_run(run: str, root: str | None = None) -> str:
+    """The run directory of RUN: a path to a run directory, or a run id (or a unique
+    prefix of one) under the run root."""
+    if os.path.isfile(os.path.join(run, STATE_FILE)):
+        return run
+    if os.sep in run and os.path.isdir(run):
+        raise RunError(f"{run} is not a run directory (no {STATE_FILE})")
+    base = runs_root(root)
+    exact = os.path.join(base, run)
+    if os.path.isfile(os.path.join(exact, STATE_FILE)):
+        return exact
+    if os.sep not in run:
+        matches = [d for d in _run_dirs(base) if os.path.basename(d).startswith(run)]
+        if len(matches) == 1:
+            return matches[0]
+        if len(matches) > 1:
+            raise RunError(f"run id {run!r} is ambiguous under {base}: "
+                           + ", ".join(sorted(os.path.basename(m) for m in matches)))
+    raise RunError(f"no run {run!r} under {base} (`launch list` shows the runs; give "
+                   "--root for another run root)")
+
+
+def _run_dirs(base: str) -> list[str]:
+    try:
+        entries = os.listdir(base)
+    except OSError:
+        return []
+    return [os.path.join(base, e) for e in entries
+            if os.path.isfile(os.path.join(base, e, STATE_FILE))]
+
+
+def list_runs(root: str | None = None) -> list[tuple[str, dict | None]]:
+    """(run_dir, state) of every run under the root, newest first; state None when the
+    directory is of another version or unreadable."""
+    out = []
+    for d in _run_dirs(runs_root(root)):
+        try:
+            out.append((d, read_state(d)))
+        except RunError:
+            out.append((d, None))
+    return sorted(out, key=lambda x: -(x[1] or {}).get("started", 0))
+
+
+def describe_handle(handle: dict) -> str:
+    """'Slurm job 12', 'jobset ctr in namespace ml': what the engine calls the run."""
+    if handle.get("slurm_job"):
+        return f"Slurm job {handle['slurm_job']}"
+    k8s = handle.get("kubernetes")
+    if k8s:
+        return f"{k8s['kind']} {k8s['name']} in namespace {k8s['namespace']}"
+    return ""
+
+
+def run_state_name(status: int) -> str:
+    """The run state for a launcher exit status: 0 succeeded, 128+N interrupted by a
+    signal (Ctrl-C, ``launch cancel``, the engine's cancel), else failed."""
+    if status == 0:
+        return "succeeded"
+    return "cancelled" if status > 128 else "failed"
+
+
+class RunState:
+    """The launcher's side: keeps ``state.json`` up to date from the job's events."""
+
+    def __init__(self, run_dir: str, run_id: str, name: str, backend: str, *,
+                 max_steps: int | None, detached: bool = False, spec_path: str | None = None,
+                 state: str = "starting", attempt: int = 0, handle: dict | None = None):
+        self.run_dir = run_dir
+        self.path = os.path.join(run_dir, STATE_FILE)
+        self._lock = threading.Lock()
+        self.job: Any = None
+        self.on_running: Callable[[dict], None] | None = None
+        now = time.time()
+        self.doc: dict[str, Any] = {
+            "version": VERSION, "run_id": run_id, "name": name, "backend": backend,
+            "state": state, "detached": detached, "attempt": attempt,
+            "spec": os.path.abspath(spec_path) if spec_path else None,
+            "run_dir": os.path.abspath(run_dir), "plan": "plan.json",
+            "started": now, "ended": None,
+            "launcher": self._me(), "handle": dict(handle or {}),
+            "max_steps": max_steps, "step": None, "checkpoint": None, "restarts": 0,
+            "reason": None, "status": None, "tasks": [], "summary": None,
+        }
+
+    @staticmethod
+    def _me() -> dict:
+        pid = os.getpid()
+        return {"pid": pid, "host": socket.gethostname(), "create_time": process_started(pid)}
+
+    @classmethod
+    def resume(cls, run_dir: str, **kwargs) -> RunState:
+        """The state of a run started again in the same run directory (a requeued Slurm
+        job): same run id and start time, attempt from ``kwargs``."""
+        new = cls(run_dir, **kwargs)
+        try:
+            old = read_state(run_dir)
+        except RunError:
+            return new
+        new.doc["started"] = old.get("started", new.doc["started"])
+        new.doc["handle"] = {**old.get("handle", {}), **new.doc["handle"]}
+        new.doc["step"] = old.get("step")
+        return new
+
+    def update(self, **fields: Any) -> None:
+        with self._lock:
+            self.doc.update(fields)
+            write_json_atomic(self.path, self.doc)
+
+    def attach(self, job: Any) -> None:
+        """Follow this Job (launcher.job.Job): its task rows go into the state."""
+        self.job = job
+        self.update(tasks=self._rows())
+
+    def _rows(self) -> list[dict]:
+        if self.job is None:
+            return []
+        rows = []
+        for run in self.job.runs:
+            rows.append({"task": run.name, "address": run.task.address,
+                         "state": run.status_text(), "exit": run.status,
+                         "stopped": run.stopped, "restarts": run.restarts,
+                         "pid": run.handle.pid if run.handle is not None else None,
+                         "duration": round(run.duration(), 3),
+                         "since": (round(time.time() - run.duration(), 3)
+                                   if run.running else None),
+                         "log": os.path.relpath(run.log_path, self.run_dir)})
+        return rows
+
+    def on_event(self, event: str, fields: dict[str, Any]) -> None:
+        """Called for every event the run's EventLog writes."""
+        change: dict[str, Any] = {}
+        if event == "checkpoint":
+            change.update(step=fields.get("step"), checkpoint=fields.get("name"))
+        elif event in ("task_started", "task_exited", "restart_scheduled", "stopping",
+                       "job_started"):
+            change["tasks"] = self._rows()
+            if self.job is not None:
+                change["restarts"] = self.job.restart_count
+            if (event == "task_started" and self.doc["state"] != "running" and self.job
+                    and all(r.handle is not None for r in self.job.runs)):
+                change["state"] = "running"
+        elif event == "job_ended":
+            change.update(tasks=self._rows(), reason=fields.get("reason"),
+                          status=fields.get("status"))
+        else:
+            return
+        self.update(**change)
+        if change.get("state") == "running" and self.on_running is not None:
+            self.on_running(self.doc)
+            self.on_running = None
+
+    def finish(self, status: int, reason: str, summary: dict | None = None,
+               requeued: bool = False) -> None:
+        """Record the end of this launcher's run: the run's end, or, when the engine
+        requeued the job (``requeued``), a run queued to resume."""
+        if requeued:
+            self.update(state="queued", status=status, summary=summary,
+                        reason=f"requeued by Slurm ({reason}): the next attempt resumes "
+                               "from the newest checkpoint", tasks=self._rows())
+            return
+        state = run_state_name(status)
+        if state == "cancelled" and os.path.exists(os.path.join(self.run_dir, CANCEL_FILE)):
+            reason = f"cancelled by `launch cancel` ({reason})"
+        self.update(state=state, status=status, reason=reason, ended=time.time(),
+                    summary=summary, tasks=self._rows() or self.doc["tasks"])
+
+
+class RunLog(EventLog):
+    """The run's event log that also keeps ``state.json`` current."""
+
+    def __init__(self, path: str | None, state: RunState):
+        super().__init__(path)
+        self.state = state
+
+    def write(self, event: str, **fields) -> None:
+        super().write(event, **fields)
+        try:
+            self.state.on_event(event, fields)
+        except OSError:
+            pass        # a full disk must not end the job; the event log has it all
+
+
+def open_state(run_dir: str, plan: Any, backend: Any, args: Any) -> RunState:
+    """The state of the run the launcher starts now: new, or the next attempt of the same
+    run (a requeued Slurm job runs its batch script again with the same run id)."""
+    attempt = backend.attempt()
+    kwargs = dict(run_id=plan.run_id, name=plan.name, backend=backend.name,
+                  max_steps=plan.max_steps, detached=bool(getattr(args, "detach", False)
+                                                          or backend.inside_job),
+                  spec_path=getattr(args, "spec", None), attempt=attempt,
+                  handle=backend.run_handle())
+    resumed = attempt or backend.inside_job     # the submitting launch wrote the state first
+    state = RunState.resume(run_dir, **kwargs) if resumed else RunState(run_dir, **kwargs)
+    if attempt:
+        keep_old_logs(run_dir, attempt)
+    state.update()
+    return state
+
+
+def keep_old_logs(run_dir: str, attempt: int) -> None:
+    """Before attempt N starts, the previous attempts' task logs move to logs/attempt-K/."""
+    logs = os.path.join(run_dir, "logs")
+    if not os.path.isdir(logs):
+        return
+    dest = os.path.join(logs, f"attempt-{attempt - 1}")
+    os.makedirs(dest, exist_ok=True)
+    for name in os.listdir(logs):
+        if name.endswith(".log"):
+            os.replace(os.path.join(logs, name), os.path.join(dest, name))

@@ -1,0 +1,176 @@
+"""The job loop's rules, run on the real Job over a scripted in-memory backend and a fake
+clock: each test takes milliseconds. The real-process tests (tests/local, tests/faults)
+are the integration layer above these."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+from scripted_backend import Script, ScriptedBackend, run_job, scripted_registered
+
+from launcher.job import PortConflict
+
+
+@pytest.fixture(autouse=True)
+def scripted_backend_registered():
+    with scripted_registered():
+        yield
+
+
+CLUSTER = {"chief": 1, "worker": 2, "ps": 1}
+TIMEOUTS = {"finish": 10, "evaluator": 40, "kill": 3, "poll": 1}
+
+
+def spec(**extra) -> dict:
+    return {"cluster": CLUSTER, "timeouts": TIMEOUTS, **extra}
+
+
+def status(result, name: str) -> str:
+    return next(r.status_text() for r in result.runs if r.name == name)
+
+
+def test_tasks_start_ps_first_and_evaluator_last(tmp_path):
+    backend = ScriptedBackend({"chief:0": [Script(exit_at=1)], "worker:0": [Script(exit_at=1)],
+                               "worker:1": [Script(exit_at=1)], "evaluator:0": [Script(exit_at=2)]})
+    result, _ = run_job(spec(evaluator="localhost"), backend, tmp_path)
+    assert [name for _, name in backend.starts] == ["ps:0", "chief:0", "worker:0", "worker:1",
+                                                   "evaluator:0"]
+    assert result.status == 0
+
+
+def test_chief_success_ends_the_job_and_stops_the_ps(tmp_path):
+    backend = ScriptedBackend({"chief:0": [Script(exit_at=3)], "worker:0": [Script(exit_at=5)],
+                               "worker:1": [Script(exit_at=4)]})
+    result, out = run_job(spec(), backend, tmp_path)
+    assert result.status == 0 and result.reason == "training finished and every task ended"
+    assert [status(result, n) for n in ("chief:0", "worker:0", "worker:1")] == ["0"] * 3
+    assert status(result, "ps:0") == "stopped (SIGTERM)"
+    assert backend.handles["ps:0"][0].signals == [signal.SIGTERM]
+    assert "chief:0 finished; waiting for the others to end" in out.getvalue()
+    assert 5 <= result.duration < 5.2      # the ps is stopped once the last worker ended
+
+
+def test_a_worker_that_keeps_going_is_stopped_after_the_finish_window(tmp_path):
+    backend = ScriptedBackend({"chief:0": [Script(exit_at=3)], "worker:0": [Script(exit_at=4)]})
+    result, _ = run_job(spec(), backend, tmp_path)
+    assert result.status == 0
+    assert status(result, "worker:1") == "stopped (SIGTERM)"
+    assert 3 + TIMEOUTS["finish"] <= result.duration < 3 + TIMEOUTS["finish"] + 0.2
+
+
+def test_the_evaluator_gets_its_own_window_then_is_stopped(tmp_path):
+    everyone = {n: [Script(exit_at=2)] for n in ("chief:0", "worker:0", "worker:1")}
+    backend = ScriptedBackend(everyone)
+    result, _ = run_job(spec(evaluator="localhost"), backend, tmp_path)
+    assert status(result, "evaluator:0") == "stopped (SIGTERM)"
+    assert 2 + TIMEOUTS["evaluator"] <= result.duration < 2 + TIMEOUTS["evaluator"] + 0.2
+
+    finishes = ScriptedBackend(dict(everyone, **{"evaluator:0": [Script(exit_at=7)]}))
+    result, _ = run_job(spec(evaluator="localhost"), finishes, tmp_path / "b")
+    assert status(result, "evaluator:0") == "0" and 7 <= result.duration < 7.2
+
+
+def test_a_task_that_ignores_sigterm_gets_sigkill_after_the_kill_timeout(tmp_path):
+    backend = ScriptedBackend({"chief:0": [Script(exit_at=1)], "worker:0": [Script(exit_at=1)],
+                               "worker:1": [Script(exit_at=1)],
+                               "ps:0": [Script(ignores_term=True)]})
+    result, _ = run_job(spec(), backend, tmp_path)
+    assert result.status == 0
+    assert backend.handles["ps:0"][0].signals == [signal.SIGTERM, signal.SIGKILL]
+    assert status(result, "ps:0") == "stopped (SIGKILL)"
+    assert 1 + TIMEOUTS["kill"] <= result.duration < 1 + TIMEOUTS["kill"] + 0.2
+
+
+def test_a_lost_ps_restarts_the_whole_cluster_after_the_backoff(tmp_path):
+    backend = ScriptedBackend({"ps:0": [Script(exit_at=2, status=-9), Script()],
+                               "chief:0": [Script(), Script(exit_at=3)],
+                               "worker:0": [Script(), Script(exit_at=3)],
+                               "worker:1": [Script(), Script(exit_at=3)]})
+    result, out = run_job(spec(restart={"ps": {"policy": "on-failure", "max_restarts": 1,
+                                               "backoff": 4}}), backend, tmp_path)
+    assert result.status == 0, out.getvalue()
+    names = [n for _, n in backend.starts]
+    assert names == ["ps:0", "chief:0", "worker:0", "worker:1"] * 2
+    restarted_at = [t for t, _ in backend.starts[4:]]
+    assert all(2 + 4 <= t < 2 + 4.2 for t in restarted_at)      # backoff 4 s
+    assert "ps:0 was killed by SIGKILL; restarting the whole cluster from the newest " \
+           "checkpoint in 4s (restart 1 of 1)" in out.getvalue()
+    assert [r.restarts for r in result.runs] == [1, 1, 1, 1]
+
+
+def test_a_worker_killed_by_a_signal_is_restarted_alone(tmp_path):
+    backend = ScriptedBackend({"worker:1": [Script(exit_at=2, status=-9), Script(exit_at=2)],
+                               "chief:0": [Script(exit_at=6)], "worker:0": [Script(exit_at=6)]})
+    result, _ = run_job(spec(), backend, tmp_path)
+    assert result.status == 0
+    assert [n for _, n in backend.starts].count("worker:1") == 2
+    assert [n for _, n in backend.starts].count("chief:0") == 1
+
+
+def test_an_error_in_the_users_code_fails_the_job_with_its_last_lines(tmp_path):
+    trace = ["Traceback (most recent call last):", '  File "train.py", line 3',
+             "ValueError: bad feature column"]
+    backend = ScriptedBackend({"worker:0": [Script(exit_at=2, status=1, lines=trace)]})
+    result, out = run_job(spec(), backend, tmp_path)
+    assert result.status == 1
+    assert "worker:0 failed with exit status 1; not retried" in result.reason
+    assert "  | ValueError: bad feature column" in out.getvalue()
+    assert all(status(result, n).startswith("stopped") for n in ("chief:0", "worker:1", "ps:0"))
+
+
+def test_a_bind_error_on_an_automatic_port_asks_for_a_new_plan(tmp_path):
+    bind = ["E0000 server.cc: Failed to add port to server: Address already in use"]
+    backend = ScriptedBackend({"ps:0": [Script(exit_at=1, status=1, lines=bind)]})
+    with pytest.raises(PortConflict, match="ps:0 could not bind port"):
+        run_job(spec(), backend, tmp_path)
+    assert all(h[-1].poll() is not None for h in backend.handles.values())   # all stopped
+
+
+class Says:
+    """A monitor that answers ``decision`` once, at ``at`` seconds of the job."""
+
+    def __init__(self, clock, at: float, decision):
+        self.clock, self.at, self.decision, self.said = clock, at, decision, False
+        self.seen: list = []
+
+    def tick(self, tasks):
+        self.seen.append(tasks)
+        if not self.said and self.clock() >= self.at:
+            self.said = True
+            return self.decision
+        return None
+
+    def close(self):
+        pass
+
+
+def test_a_monitor_finish_gives_the_trainers_their_window(tmp_path):
+    from orchestrator.decisions import FINISH, Decision
+
+    backend = ScriptedBackend({})          # every task runs until stopped
+    finish = Decision(FINISH, "checkpoint model.ckpt-100 reached max_steps 100")
+    says = Says(backend.clock, 5, finish)
+    result, out = run_job(spec(), backend, tmp_path, monitors=[says])
+    assert result.status == 0
+    assert "checkpoint model.ckpt-100 reached max_steps 100" in out.getvalue()
+    assert 5 + TIMEOUTS["finish"] <= result.duration < 5 + TIMEOUTS["finish"] + 0.2
+    assert {t.name for t in says.seen[0]} == {"ps:0", "chief:0", "worker:0", "worker:1"}
+
+
+def test_a_task_a_monitor_reports_lost_goes_through_its_restart_policy(tmp_path):
+    from orchestrator.decisions import LOST, Decision
+
+    backend = ScriptedBackend({"chief:0": [Script(exit_at=9)], "worker:0": [Script(exit_at=9)],
+                               "worker:1": [Script(), Script(exit_at=1)]})
+    lost = Decision(LOST, "worker:1 (localhost:30003) has not answered for 20 s", ("worker:1",))
+    result, out = run_job(spec(), backend, tmp_path, monitors=[Says(backend.clock, 2, lost)])
+    assert result.status == 0
+    assert backend.handles["worker:1"][0].signals == [signal.SIGTERM]
+    assert "worker:1 (localhost:30003) has not answered for 20 s; restarting worker:1" \
+        in out.getvalue()
+
+    never = ScriptedBackend({})
+    result, _ = run_job(spec(restart={"worker": {"policy": "never"}}), never, tmp_path / "b",
+                        monitors=[Says(never.clock, 2, lost)])
+    assert result.status == 1 and "restart policy of worker is never" in result.reason

@@ -1,0 +1,73 @@
+"""The run registry (launcher/runs.py): atomic state, version guard, finding runs, and the
+state `launch status` shows for a run whose launcher is gone."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from launcher.run_commands import current_state
+from launcher.runs import RunError, RunState, find_run, read_state
+
+
+def new_state(run_dir, run_id="job-1234") -> RunState:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    state = RunState(str(run_dir), run_id, "job", "local", max_steps=10)
+    state.update()
+    return state
+
+
+def test_a_reader_never_sees_half_a_state(tmp_path):
+    state = new_state(tmp_path / "r")
+    stop = threading.Event()
+
+    def write():
+        n = 0
+        while not stop.is_set():
+            n += 1
+            state.update(step=n, tasks=[{"task": f"worker:{i}", "pad": "x" * 200}
+                                        for i in range(n % 50)])
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        for _ in range(2000):
+            assert read_state(str(tmp_path / "r"))["run_id"] == "job-1234"
+    finally:
+        stop.set()
+        writer.join()
+    assert not list((tmp_path / "r").glob("*.tmp-*")), "no temp file is left"
+
+
+def test_a_state_of_another_version_is_refused(tmp_path):
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "state.json").write_text(json.dumps({"version": 99}))
+    with pytest.raises(RunError, match=r"written by another version of tfcluster \(state "
+                                       r"version 99, this launch reads version 1\)"):
+        read_state(str(tmp_path / "old"))
+
+
+def test_runs_are_found_by_id_prefix_or_path(tmp_path):
+    new_state(tmp_path / "job-1234", "job-1234")
+    new_state(tmp_path / "job-5678", "job-5678")
+    assert find_run("job-1234", str(tmp_path)) == str(tmp_path / "job-1234")
+    assert find_run("job-5", str(tmp_path)) == str(tmp_path / "job-5678")
+    assert find_run(str(tmp_path / "job-1234"), "elsewhere") == str(tmp_path / "job-1234")
+    with pytest.raises(RunError, match="ambiguous"):
+        find_run("job-", str(tmp_path))
+
+
+def test_a_live_run_whose_launcher_is_gone_is_lost(tmp_path):
+    state = new_state(tmp_path / "r")
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    state.update(state="running", launcher=dict(state.doc["launcher"],
+                                                 pid=int(gone.stdout)))
+    now, note = current_state(read_state(str(tmp_path / "r")))
+    assert now == "lost" and "died before the run ended" in note
+    state.update(launcher=RunState._me())          # this process: alive
+    assert current_state(read_state(str(tmp_path / "r"))) == ("running", None)

@@ -1,0 +1,196 @@
+"""Detached runs on the local backend: `launch SPEC --detach` returns while the job runs as
+a daemon; `launch list`, `status`, `logs -f` and `cancel` follow it from its run directory.
+Real Estimator jobs (examples/estimator) for the user's path; stand-in tasks for the
+launcher's SIGKILL."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from support import PY_TF215, REPO, launch_cmd, run_launch, tfcluster_tasks, wait_gone
+
+FAKE_TASK = str(Path(__file__).resolve().parent / "fake_task.py")
+
+
+def estimator_spec(tmp_path: Path, epochs: int) -> Path:
+    """cluster_specs/estimator.json, smaller: chief, one worker, one ps, no evaluator."""
+    spec = json.loads((REPO / "cluster_specs" / "estimator.json").read_text())
+    spec.update(cluster={"chief": ["localhost"], "worker": ["localhost"], "ps": ["localhost"]},
+                evaluator=None, examples=4000, epochs=epochs, model_dir=str(tmp_path / "model"),
+                command=[PY_TF215, "examples/estimator/train.py", "--data-dir",
+                         str(tmp_path / "data"), "--save-steps", "40"],
+                workdir=str(REPO))
+    path = tmp_path / "estimator.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+@pytest.fixture
+def runs(tmp_path, monkeypatch) -> dict[str, str]:
+    """A run root of the test's own, for `launch` and for every command after it."""
+    monkeypatch.setenv("TFCLUSTER_RUNS", str(tmp_path / "runs"))
+    return {"TFCLUSTER_RUNS": str(tmp_path / "runs")}
+
+
+def detach(spec: Path, env: dict, *args: str) -> str:
+    done = run_launch(str(spec), "--detach", *args, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    first = done.stdout.splitlines()[0]
+    assert first.startswith("run ") and " detached (launcher pid " in first, done.stdout
+    run_id = first.split()[1]
+    for verb in ("status", "logs", "cancel"):
+        assert f"launch {verb} {run_id}" in done.stdout
+    return run_id
+
+
+def state_of(tmp_path: Path, run_id: str) -> dict:
+    return json.loads((tmp_path / "runs" / run_id / "state.json").read_text())
+
+
+def wait_state(tmp_path: Path, run_id: str, want: tuple[str, ...], timeout: float) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        state = state_of(tmp_path, run_id)
+        if state["state"] in want or time.monotonic() > deadline:
+            return state
+        time.sleep(0.3)
+
+
+@contextlib.contextmanager
+def cleanup(tmp_path: Path, env: dict):
+    """Whatever a failing test left running is cancelled on the way out."""
+    try:
+        yield
+    finally:
+        for run_dir in (tmp_path / "runs").glob("*"):
+            run_launch("cancel", str(run_dir), env=env, timeout=180)
+
+
+@pytest.mark.tf
+def test_detached_estimator_job_list_status_logs_follow_and_succeed(tmp_path, runs):
+    with cleanup(tmp_path, runs):
+        run_id = detach(estimator_spec(tmp_path, epochs=3), runs)
+        # the launch that detached has exited: the job runs without it
+        listed = run_launch("list", env=runs)
+        row = next(line for line in listed.stdout.splitlines() if line.startswith(run_id))
+        assert row.split()[1:4] == ["estimator", "local", "running"], listed.stdout
+        status = run_launch("status", run_id, env=runs)
+        assert status.returncode == 0, status.stdout + status.stderr
+        assert "state running" in status.stdout and "chief:0" in status.stdout
+        # logs -f follows every task's log with prefixes and ends with the run
+        follow = subprocess.run(launch_cmd("logs", run_id, "-f"), cwd=REPO,
+                                env=dict(os.environ, **runs), capture_output=True, text=True,
+                                timeout=300)
+        assert follow.returncode == 0, follow.stderr
+        state = state_of(tmp_path, run_id)
+        assert state["state"] == "succeeded", state
+        lines = follow.stdout.splitlines()
+        assert any(line.startswith("[chief:0] ") for line in lines)
+        assert any(line.startswith("[ps:0] ") for line in lines)
+        # status of the finished run: succeeded, exit 0, with the summary rows
+        status = run_launch("status", run_id, env=runs)
+        assert status.returncode == 0, status.stdout
+        assert "state succeeded" in status.stdout
+        assert "reason: training finished and every task ended" in status.stdout
+        rows = {line.split()[0]: line for line in status.stdout.splitlines()
+                if line.split() and line.split()[0].endswith(":0")}
+        assert "stopped (SIGTERM)" in rows["ps:0"] and rows["chief:0"].split()[2] == "0"
+        assert state["step"] == 120 and state["max_steps"] == 120   # 3 x 4000 / 100
+        assert state["summary"]["status"] == 0
+        assert run_launch("logs", run_id, "chief:0", env=runs).stdout.strip()
+    assert not wait_gone(timeout=10)
+
+
+@pytest.mark.tf
+def test_cancel_of_a_detached_estimator_job_leaves_nothing_running(tmp_path, runs):
+    with cleanup(tmp_path, runs):
+        run_id = detach(estimator_spec(tmp_path, epochs=200), runs)
+        deadline = time.monotonic() + 240
+        while state_of(tmp_path, run_id)["step"] is None:     # training is under way
+            assert time.monotonic() < deadline, "no checkpoint within 240 s"
+            time.sleep(0.5)
+        assert len(tfcluster_tasks()) == 3
+        done = run_launch("cancel", run_id, env=runs, timeout=180)
+        assert done.returncode == 0, done.stderr
+        assert tfcluster_tasks() == [], "cancel returned with tasks still running"
+        status = run_launch("status", run_id, env=runs)
+        assert status.returncode == 1
+        assert "state cancelled" in status.stdout
+        assert "reason: cancelled by `launch cancel` (interrupted by SIGTERM)" in status.stdout
+        tasks = state_of(tmp_path, run_id)["tasks"]
+        assert all(t["stopped"] and t["state"] == "stopped (SIGTERM)" for t in tasks), tasks
+
+
+def test_sigkill_of_the_detached_launcher_ends_every_task_and_status_says_so(tmp_path, runs):
+    plan = {"chief": "forever", "worker": "spawn-forever", "ps": "forever"}
+    spec = tmp_path / "fake.json"
+    spec.write_text(json.dumps({
+        "name": "fake", "cluster": {"chief": 1, "worker": 1, "ps": 1},
+        "command": [sys.executable, FAKE_TASK], "model_dir": str(tmp_path / "model"),
+        "max_steps": 10, "check_storage": False, "env": {"FAKE_PLAN": json.dumps(plan)}}))
+    with cleanup(tmp_path, runs):
+        run_id = detach(spec, runs)
+        state = state_of(tmp_path, run_id)
+        assert state["state"] == "running" and len(tfcluster_tasks()) >= 3
+        os.kill(state["launcher"]["pid"], signal.SIGKILL)
+        assert not wait_gone(timeout=15), "the watchdog did not end the tasks"
+        status = run_launch("status", run_id, env=runs)
+        assert status.returncode == 1
+        assert "state lost" in status.stdout
+        assert (f"the launcher (pid {state['launcher']['pid']} on {state['launcher']['host']}) "
+                "died before the run ended") in status.stdout
+        assert " gone " in status.stdout
+
+
+def test_a_detached_run_outlives_the_terminal_it_was_started_from(tmp_path, runs):
+    """A shell on a terminal runs `launch --detach`; the terminal then closes (the shell gets
+    SIGHUP and dies): the run goes on, and cancel ends it."""
+    import fcntl
+    import pty
+    import termios
+
+    spec = tmp_path / "fake.json"
+    spec.write_text(json.dumps({
+        "name": "tty", "cluster": {"chief": 1, "ps": 1}, "command": [sys.executable, FAKE_TASK],
+        "model_dir": str(tmp_path / "model"), "max_steps": 10, "check_storage": False,
+        "env": {"FAKE_PLAN": json.dumps({"chief": "forever", "ps": "forever"})}}))
+    master, slave = pty.openpty()
+    script = f"{' '.join(launch_cmd(str(spec), '--detach'))} > {tmp_path / 'out'}; sleep 60"
+    shell = subprocess.Popen(["bash", "-c", script], cwd=REPO, stdin=slave, stdout=slave,
+                             stderr=slave, start_new_session=True,
+                             env=dict(os.environ, **runs),
+                             preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
+    os.close(slave)
+    with cleanup(tmp_path, runs):
+        try:
+            run_id = wait_for_run_id(tmp_path / "out")
+            os.close(master)                        # the terminal goes away
+            assert shell.wait(timeout=10) == -signal.SIGHUP
+        finally:
+            if shell.poll() is None:
+                shell.kill()
+                shell.wait()
+        time.sleep(1)
+        status = run_launch("status", run_id, env=runs)
+        assert status.returncode == 0 and "state running" in status.stdout, status.stdout
+        assert len(tfcluster_tasks()) == 2
+        assert run_launch("cancel", run_id, env=runs).returncode == 0
+        assert tfcluster_tasks() == []
+
+
+def wait_for_run_id(path: Path, timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = path.read_text() if path.exists() else ""
+        if " detached " in text:
+            return text.split()[1]
+        time.sleep(0.1)
+    raise AssertionError(f"launch --detach printed no run id: {text!r}")

@@ -1,0 +1,124 @@
+"""A scripted in-memory backend for fast tests of the real job loop: no process, no port,
+no sleep. Each task follows a ``Script`` per start (its first start, then each restart):
+exit with a status at a time, ignore SIGTERM, print lines (a bind error, a traceback).
+Time is a FakeClock that the job loop's ``wait`` advances.
+
+    backend = ScriptedBackend({"chief:0": [Script(exit_at=3)], "ps:0": [Script()]})
+    result = run_job(spec_doc, backend, tmp_path)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import signal
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from support import FakeClock
+
+from launcher.backends import register, unregister
+from launcher.backends.base import Backend, TaskHandle
+from launcher.job import Job, JobResult
+from launcher.output.console import Console
+from launcher.plan import TaskPlan, build_plan
+from launcher.spec import parse_spec
+
+
+@dataclass
+class Script:
+    """What one start of a task does. ``exit_at``: seconds after its start when it exits
+    with ``status`` by itself (None: it runs until stopped)."""
+
+    exit_at: float | None = None
+    status: int = 0
+    ignores_term: bool = False
+    lines: list[str] = field(default_factory=list)
+
+
+class ScriptedHandle(TaskHandle):
+    def __init__(self, task: TaskPlan, script: Script, clock: FakeClock):
+        self.task = task
+        self.script = script
+        self.clock = clock
+        self.started = clock()
+        self.ended: int | None = None
+        self.signals: list[int] = []
+        text = "".join(f"{line}\n" for line in script.lines)
+        self.output = io.BytesIO(text.encode())
+
+    def poll(self) -> int | None:
+        s = self.script
+        if self.ended is None and s.exit_at is not None and \
+                self.clock() - self.started >= s.exit_at:
+            self.ended = s.status
+        return self.ended
+
+    def signal(self, sig: int) -> None:
+        self.signals.append(sig)
+        if self.poll() is not None:
+            return
+        if sig == signal.SIGKILL or not (sig == signal.SIGTERM and self.script.ignores_term):
+            self.ended = -sig
+
+
+class ScriptedBackend(Backend):
+    """Starts ScriptedHandles; ``starts`` records every start in order."""
+
+    name = "scripted"
+    local_processes = True
+
+    def __init__(self, scripts: dict[str, list[Script]], spec=None, options=None):
+        super().__init__(spec, options)
+        self.scripts = scripts
+        self.clock = FakeClock()
+        self.starts: list[tuple[float, str]] = []
+        self.handles: dict[str, list[ScriptedHandle]] = {}
+        self._port = 30000
+
+    def allocate_port(self, host: str) -> int:
+        self._port += 1
+        return self._port
+
+    def start(self, task: TaskPlan) -> TaskHandle:
+        done = self.handles.setdefault(task.name, [])
+        plan = self.scripts.get(task.name, [Script()])
+        handle = ScriptedHandle(task, plan[min(len(done), len(plan) - 1)], self.clock)
+        done.append(handle)
+        self.starts.append((self.clock(), task.name))
+        return handle
+
+
+@contextlib.contextmanager
+def scripted_registered() -> Iterator[None]:
+    """``"backend": "scripted"`` works inside (tests/launcher/conftest.py uses it)."""
+    register("scripted", ScriptedBackend)      # the one line that makes it a backend
+    try:
+        yield
+    finally:
+        unregister("scripted")
+
+
+class Lines(io.StringIO):
+    """Console output kept for assertions."""
+
+    @property
+    def lines(self) -> list[str]:
+        return self.getvalue().splitlines()
+
+
+def run_job(spec_doc: dict, backend: ScriptedBackend, run_dir, monitors=(),
+            **plan_kwargs) -> tuple[JobResult, Lines]:
+    """Run the real job loop over ``backend`` on the spec ``spec_doc`` (backend
+    "scripted"); return the result and what the console printed."""
+    doc = {"command": ["train"], "model_dir": str(run_dir / "model"), "backend": "scripted",
+           **spec_doc}
+    spec = parse_spec(json.dumps(doc))
+    plan = build_plan(spec, port_for=backend.allocate_port, host_for=backend.host_for,
+                      backend=backend.name, **plan_kwargs)
+    out = Lines()
+    clock = backend.clock
+    job = Job(plan, backend, str(run_dir / "run"), Console(out, out), list(monitors),
+              clock=clock, wait=clock.sleep)
+    return job.run(), out

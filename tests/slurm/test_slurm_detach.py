@@ -1,0 +1,194 @@
+"""Detached Slurm runs on the real test cluster: `launch --detach` submits a batch script and
+exits; the launcher runs inside the allocation; `launch status/logs/cancel` follow the run;
+a requeued job resumes from the newest checkpoint under the same run id. And the other
+side: SIGKILL of an attached `launch` releases its allocation at once."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from support import PY_TF215, REPO, launched, run_launch, tfcluster_tasks, wait_gone
+from test_slurm_backend import released, squeue, write_spec
+
+from launcher.backends.slurm import LIVE_STATES, job_state
+
+FAULT_JOB = str(REPO / "tests" / "faults" / "jobs" / "estimator_job.py")
+FAKE_TASK = str(REPO / "tests" / "local" / "fake_task.py")
+# each task says which attempt of the run it is, then becomes the job
+SHOW_ATTEMPT = 'echo "$TFCLUSTER_TASK restart count $TFCLUSTER_RESTART_COUNT"; exec "$0" "$@"'
+
+
+@pytest.fixture
+def runs(tmp_path, slurm_env, monkeypatch) -> dict[str, str]:
+    monkeypatch.setenv("TFCLUSTER_RUNS", str(tmp_path / "runs"))
+    return dict(slurm_env, TFCLUSTER_RUNS=str(tmp_path / "runs"))
+
+
+def fake_spec(tmp_path: Path, plan: dict) -> Path:
+    return write_spec(tmp_path, command=[sys.executable, FAKE_TASK], evaluator=None,
+                      check_storage=False, env={"FAKE_PLAN": json.dumps(plan)})
+
+
+def submit(spec: Path, env: dict) -> tuple[str, str]:
+    """`launch --detach`: it exits at once; (run id, Slurm job id)."""
+    done = run_launch(str(spec), "--detach", env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    m = re.match(r"run (\S+) submitted as Slurm job (\d+);", done.stdout)
+    assert m, done.stdout
+    assert f"launch status {m.group(1)}" in done.stdout
+    return m.group(1), m.group(2)
+
+
+def state_of(tmp_path: Path, run_id: str) -> dict:
+    return json.loads((tmp_path / "runs" / run_id / "state.json").read_text())
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while not (found := predicate()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.3)
+    return found
+
+
+def start_now(cluster, job: str) -> None:
+    """Slurm holds a requeued job back for two minutes (BeginTime): let it start now."""
+    wait_for(lambda: "PENDING" in cluster.run("squeue", "-h", "-j", job, "-o", "%T",
+                                              check=False), 60, "the job pending again")
+    cluster.run("scontrol", "update", f"jobid={job}", "starttime=now")
+
+
+def test_detach_dry_run_prints_the_batch_script(tmp_path, slurm_cluster):
+    done = run_launch(str(write_spec(tmp_path)), "--detach", "--dry-run",
+                      env=slurm_cluster.env)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    sbatch = [line for line in lines if line.startswith("#SBATCH ")]
+    for option in ("--nodes=2", "--cpus-per-task=2", "--mem=500M", "--partition=debug",
+                   "--time=10", "--requeue", "--signal=B:TERM@120", "--open-mode=append"):
+        assert f"#SBATCH {option}" in sbatch, sbatch
+    exec_line = next(line for line in lines if line.startswith("exec "))
+    assert "-m launcher.cli" in exec_line and "--in-allocation" in exec_line
+    ps = next(line for line in lines if line.endswith("# ps:0"))
+    assert "--nodelist=NODE_2" in ps and "--mem=500M" in ps
+    assert not squeue(slurm_cluster), "a dry run submits nothing"
+
+
+@pytest.mark.tf
+def test_detached_job_runs_to_the_end_and_a_requeue_resumes_it(tmp_path, runs,
+                                                              slurm_cluster):
+    spec = write_spec(tmp_path, name="slurm-requeue", evaluator=None, max_steps=500,
+                      command=["bash", "-c", SHOW_ATTEMPT, PY_TF215, FAULT_JOB],
+                      env={"FAULT_SAVE_STEPS": "100", "FAULT_STEP_SLEEP": "0.03",
+                           "FAULT_PRINT_EVERY": "10"},
+                      timeouts={"finish": 30, "kill": 5})
+    run_id, job = submit(spec, runs)
+    assert job_state(job) in ("PENDING", "RUNNING")      # the submitting launch is gone
+    run_dir = tmp_path / "runs" / run_id
+    wait_for(lambda: state_of(tmp_path, run_id)["state"] == "running", 60, "the run to start")
+    status = run_launch("status", run_id, env=runs)
+    assert status.returncode == 0 and "state running" in status.stdout, status.stdout
+    assert f"Slurm job {job}" in status.stdout
+    # training under way, a checkpoint saved: requeue the running job (and let it start
+    # again now: Slurm otherwise holds a requeued job back for two minutes)
+    step = wait_for(lambda: (state_of(tmp_path, run_id)["step"] or 0) >= 100 and
+                    state_of(tmp_path, run_id)["step"], 180, "a checkpoint")
+    logs = run_launch("logs", run_id, "chief:0", env=runs)
+    assert "chief:0 restart count 0" in logs.stdout and "tfjob-progress" in logs.stdout
+    slurm_cluster.run("scontrol", "requeue", job)
+    start_now(slurm_cluster, job)
+    final = wait_for(lambda: (s := state_of(tmp_path, run_id))["state"] in
+                     ("succeeded", "failed", "cancelled") and s, 240, "the end of the run")
+    assert final["state"] == "succeeded", final
+    assert final["run_id"] == run_id and final["attempt"] == 1
+    wait_for(lambda: job_state(job) not in LIVE_STATES, 30, "the job's end")
+    assert job_state(job) == "COMPLETED"            # the batch script exited 0
+    # the second attempt knew it was resuming, and trained on from the checkpoint
+    chief = (run_dir / "logs" / "chief-0.log").read_text()
+    assert "chief:0 restart count 1" in chief
+    first = int(re.search(r"tfjob-progress step=(\d+)", chief).group(1))
+    assert step <= first < step + 150, (step, first)
+    first_attempt = (run_dir / "logs" / "attempt-0" / "chief-0.log").read_text()
+    assert "chief:0 restart count 0" in first_attempt
+    status = run_launch("status", run_id, env=runs)
+    assert status.returncode == 0 and "state succeeded" in status.stdout
+    assert "attempt 2" in status.stdout
+    assert released(slurm_cluster)
+
+
+def test_cancel_of_a_detached_run_leaves_no_job_no_step_no_task(tmp_path, runs,
+                                                               slurm_cluster):
+    spec = fake_spec(tmp_path, {"chief": "forever", "worker": "forever", "ps": "forever"})
+    run_id, job = submit(spec, runs)
+    wait_for(lambda: state_of(tmp_path, run_id)["state"] == "running", 60, "the run to start")
+    assert len(squeue(slurm_cluster, "-s")) == 4          # three tasks and the batch step
+    done = run_launch("cancel", run_id, env=runs, timeout=180)
+    assert done.returncode == 0, done.stderr
+    assert released(slurm_cluster, timeout=5)
+    assert "2 idle" in slurm_cluster.run("sinfo", "-h", "-o", "%D %T")
+    assert not wait_gone(tfcluster_tasks, timeout=5)
+    status = run_launch("status", run_id, env=runs)
+    assert status.returncode == 1 and "state cancelled" in status.stdout, status.stdout
+    tasks = state_of(tmp_path, run_id)["tasks"]
+    assert all(t["state"] == "stopped (SIGTERM)" for t in tasks), tasks
+    # the SIGTERM reached the launcher in the batch step (as the warning signal does,
+    # --signal=B:TERM): trainers first, the ps once they were gone
+    events = [json.loads(line) for line in
+              (tmp_path / "runs" / run_id / "events.jsonl").read_text().splitlines()]
+    assert [e["tasks"] for e in events if e["event"] == "stopping"] == [
+        ["chief:0", "worker:0"], ["ps:0"]]
+
+
+def test_cancel_of_a_queued_run(tmp_path, runs, slurm_cluster):
+    slurm_cluster.run("salloc", "--no-shell", "--nodes=2", "--exclusive", "--job-name=blocker")
+    (held,) = slurm_cluster.jobs()
+    try:
+        run_id, job = submit(fake_spec(tmp_path, {"chief": "exit 0 after 0"}), runs)
+        status = run_launch("status", run_id, env=runs)
+        assert status.returncode == 0 and "state queued" in status.stdout, status.stdout
+        assert f"Slurm job {job} is PENDING" in status.stdout
+        assert run_launch("cancel", run_id, env=runs).returncode == 0
+        assert slurm_cluster.jobs() == [held]
+        status = run_launch("status", run_id, env=runs)
+        assert status.returncode == 1 and "state cancelled" in status.stdout
+    finally:
+        slurm_cluster.run("scancel", held, check=False)
+    assert released(slurm_cluster)
+
+
+def test_sigkill_of_attached_launch_releases_the_allocation(tmp_path, slurm_env,
+                                                            slurm_cluster):
+    spec = fake_spec(tmp_path, {"chief": "forever", "worker": "forever", "ps": "forever"})
+    with launched(str(spec), "--run-dir", str(tmp_path / "run"), "-q",
+                  env=dict(os.environ, **slurm_env)) as proc:
+        wait_for(lambda: len(squeue(slurm_cluster, "-s")) == 3 or proc.poll() is not None,
+                 60, "three steps")
+        assert proc.poll() is None, proc.communicate()[1]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert released(slurm_cluster, timeout=15), "the allocation outlived its launcher"
+    assert not wait_gone(tfcluster_tasks, timeout=10)
+
+
+def test_cancel_of_an_attached_run_stops_its_launcher_and_the_allocation(tmp_path, runs,
+                                                                        slurm_cluster):
+    spec = fake_spec(tmp_path, {"chief": "forever", "worker": "forever", "ps": "forever"})
+    with launched(str(spec), "-q", env=dict(os.environ, **runs)) as proc:
+        wait_for(lambda: len(squeue(slurm_cluster, "-s")) == 3 or proc.poll() is not None,
+                 60, "three steps")
+        (run_dir,) = (tmp_path / "runs").iterdir()
+        status = run_launch("status", run_dir.name, env=runs)
+        assert "state running" in status.stdout and "Slurm job" in status.stdout
+        done = run_launch("cancel", run_dir.name, env=runs, timeout=180)
+        assert done.returncode == 0, done.stderr
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM   # its own ordered teardown
+    assert released(slurm_cluster, timeout=5)
+    assert not wait_gone(tfcluster_tasks, timeout=5)
+    assert "state cancelled" in run_launch("status", run_dir.name, env=runs).stdout
