@@ -1,18 +1,17 @@
-"""Readiness and liveness rules with a fake prober, a fake clock and an in-memory backend
-(no sockets, no processes): who counts as lost and when, and what the job loop does with
-it: a ps that never answers fails the job naming it, a lost task is killed at once and goes
-through its restart policy."""
+"""Readiness and liveness rules with a fake prober, a fake clock and the scripted in-memory
+backend (tests/scripted_backend.py; no sockets, no processes): who counts as lost and when,
+and what the job loop does with it: a ps that never answers fails the job naming it, a lost
+task is killed at once and goes through its restart policy."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import signal
 
+from scripted_backend import Lines, Script, ScriptedBackend
 from support import FakeClock
 
-from launcher.backends.base import Backend, TaskHandle
 from launcher.events import EventLog, read_events
 from launcher.job import Job
 from launcher.liveness import Answer, Liveness, LivenessMonitor
@@ -161,59 +160,24 @@ def test_monitor_answers_lost_once_per_start_and_logs_what_it_saw():
 
 
 # ----------------------------------------------------------------------------- job loop
-class FakeHandle(TaskHandle):
-    """A task in memory: ends when signalled, unless frozen (then only SIGKILL ends it)."""
-
-    def __init__(self, task, backend):
-        self.task, self.output, self.backend = task, None, backend
-        self.status = None
-        self.signals: list[int] = []
-
-    def poll(self):
-        return self.status
-
-    def signal(self, sig):
-        self.signals.append(sig)
-        if self.status is None and (sig == signal.SIGKILL or
-                                    self.task.name not in self.backend.frozen):
-            self.status = -sig
-
-
-class FakeBackend(Backend):
-    name = "fake"
-
-    def __init__(self, spec):
-        super().__init__(spec)
-        self.port = 5000
-        self.started: list[str] = []
-        self.handles: dict[str, FakeHandle] = {}
-        self.frozen: set[str] = set()
-
-    def allocate_port(self, host):
-        self.port += 1
-        return self.port
-
-    def start(self, task):
-        self.started.append(task.name)
-        self.handles[task.name] = FakeHandle(task, self)
-        return self.handles[task.name]
-
-
-def make_job(tmp_path, answer, **fields):
+def make_job(tmp_path, scripts, answer, **fields):
+    """The real job loop over a scripted backend, with a liveness monitor whose probe
+    answers ``answer(task name, now)``; the monitor polls on every wait of the loop."""
     doc = {"name": "gate", "cluster": {"chief": 1, "worker": 1, "ps": 1},
            "command": ["train"], "model_dir": str(tmp_path / "m"), "max_steps": 10,
            "timeouts": {"start": 5, "unresponsive": 4, "kill": 1}}
     doc.update(fields)
     spec = parse_spec(json.dumps(doc))
-    backend = FakeBackend(spec)
+    backend = ScriptedBackend(scripts, spec)
     plan = build_plan(spec, port_for=backend.allocate_port)
-    clock = FakeClock()
-    prober = FakeProber(lambda a: answer(a, clock.now, backend))
+    clock = backend.clock
+    names = {t.address: t.name for t in plan.tasks}
+    prober = FakeProber(lambda address: answer(names[address], clock.now))
     os.makedirs(tmp_path / "run")
     events = EventLog(str(tmp_path / "run" / "events.jsonl"))
     monitor = LivenessMonitor(plan.timeouts["unresponsive"], events, period=1, startup=5,
                               prober=prober, clock=clock, threaded=False)
-    out = io.StringIO()
+    out = Lines()
 
     def wait(secs):
         clock.sleep(secs)
@@ -221,27 +185,15 @@ def make_job(tmp_path, answer, **fields):
 
     job = Job(plan, backend, str(tmp_path / "run"), Console(out, out), [monitor], events,
               clock=clock, wait=wait, readiness=monitor)
-    return job, backend, clock, out
-
-
-def address_of(backend, name):
-    return backend.handles[name].task.address if name in backend.handles else None
+    return job, backend, out
 
 
 def test_every_task_starts_at_once_and_the_ps_answer_time_is_logged(tmp_path):
-    def answer(address, now, backend):
-        return OK if address == address_of(backend, "ps:0") and now >= 2 else NOBODY
-
-    job, backend, clock, out = make_job(tmp_path, answer)
-
-    def chief_done(_secs):
-        if "chief:0" in backend.handles:
-            backend.handles["chief:0"].status = 0
-    real_wait = job.wait
-    job.wait = lambda s: (real_wait(s), chief_done(s))
+    job, backend, out = make_job(tmp_path, {"chief:0": [Script(exit_at=4)]},
+                                 lambda name, now: OK if name == "ps:0" and now >= 2 else NOBODY)
     result = job.run()
     assert result.status == 0, out.getvalue()
-    assert backend.started == ["ps:0", "chief:0", "worker:0"]
+    assert [name for _, name in backend.starts] == ["ps:0", "chief:0", "worker:0"]
     ready = [e for e in read_events(str(tmp_path / "run" / "events.jsonl"))
              if e["event"] == "task_answering"]
     assert [e["task"] for e in ready] == ["ps:0"]
@@ -249,62 +201,49 @@ def test_every_task_starts_at_once_and_the_ps_answer_time_is_logged(tmp_path):
 
 
 def test_a_ps_that_never_answers_fails_the_job_naming_it(tmp_path):
-    job, backend, clock, out = make_job(tmp_path, lambda a, now, b: NOBODY)
+    job, backend, out = make_job(tmp_path, {}, lambda name, now: NOBODY)
     result = job.run()
     assert result.status == 1
-    port = backend.handles["ps:0"].task.port
+    port = backend.handles["ps:0"][0].task.port
     assert result.reason.startswith(
         f"ps:0 (localhost:{port}) did not answer TensorFlow's gRPC within timeouts.start = "
         f"5 s (last probe: UNAVAILABLE); the trainers cannot train without it")
-    assert backend.started == ["ps:0", "chief:0", "worker:0"]
-    assert all(h.status is not None for h in backend.handles.values())   # all stopped
-    assert 5 <= clock.now < 6
+    assert [name for _, name in backend.starts] == ["ps:0", "chief:0", "worker:0"]
+    assert all(h[0].ended is not None for h in backend.handles.values())   # all stopped
+    assert 5 <= backend.clock.now < 6
 
 
 def test_a_frozen_worker_is_killed_at_once_and_restarted_alone(tmp_path):
-    def answer(address, now, backend):
-        frozen = {address_of(backend, n) for n in backend.frozen}
-        return FROZEN if address in frozen else OK
+    # worker:0's first start freezes at t=3 (a frozen process acts on SIGKILL alone); the
+    # chief ends the job once the worker is back
+    scripts = {"worker:0": [Script(ignores_term=True), Script()],
+               "chief:0": [Script(exit_at=12)]}
 
-    job, backend, clock, out = make_job(tmp_path, answer)
-    real_wait = job.wait
-    frozen_handle = []
+    def answer(name, now):
+        frozen = name == "worker:0" and now >= 3 and len(backend.handles[name]) == 1
+        return FROZEN if frozen else OK
 
-    def script(secs):
-        real_wait(secs)
-        if clock.now >= 3 and not frozen_handle:
-            frozen_handle.append(backend.handles["worker:0"])
-            backend.frozen.add("worker:0")
-        if backend.started.count("worker:0") == 2:
-            backend.frozen.clear()
-            backend.handles["chief:0"].status = 0
-    job.wait = script
+    job, backend, out = make_job(tmp_path, scripts, answer)
     result = job.run()
     assert result.status == 0, out.getvalue()
-    assert backend.started == ["ps:0", "chief:0", "worker:0", "worker:0"]
-    text = out.getvalue()
-    assert "worker:0 (localhost:" in text and "has not answered TensorFlow's gRPC for 4 s; " \
-        "restarting worker:0 in 1s (restart 1 of 3)" in text
+    assert [name for _, name in backend.starts] == ["ps:0", "chief:0", "worker:0", "worker:0"]
+    assert any(line.startswith("tfcluster: worker:0 (localhost:") and line.endswith(
+        "has not answered TensorFlow's gRPC for 4 s; restarting worker:0 in 1s (restart 1 "
+        "of 3)") for line in out.lines), out.getvalue()
+    assert backend.handles["worker:0"][0].signals == [signal.SIGKILL]   # no SIGTERM first
     assert job.runs[2].restarts == 1
-    assert frozen_handle[0].signals == [signal.SIGKILL]    # no SIGTERM: it is frozen
 
 
 def test_with_policy_never_a_frozen_ps_fails_the_job_naming_it(tmp_path):
-    def answer(address, now, backend):
-        return FROZEN if now >= 3 and address == address_of(backend, "ps:0") else OK
-
-    job, backend, clock, out = make_job(tmp_path, answer, restart={"ps": "never"})
-    first_ps = None
-
-    def grab(_):
-        nonlocal first_ps
-        first_ps = first_ps or backend.handles.get("ps:0")
-    real_wait = job.wait
-    job.wait = lambda s: (real_wait(s), grab(s))
+    job, backend, out = make_job(
+        tmp_path, {"ps:0": [Script(ignores_term=True)]},
+        lambda name, now: FROZEN if name == "ps:0" and now >= 3 else OK,
+        restart={"ps": "never"})
     result = job.run()
     assert result.status == 1
+    assert result.reason.startswith("ps:0 (localhost:")
     assert result.reason.endswith("has not answered TensorFlow's gRPC for 4 s; restart policy "
                                   "of ps is never")
-    assert result.reason.startswith("ps:0 (localhost:")
-    assert first_ps.signals[0] == signal.SIGKILL          # no SIGTERM first: it is frozen
-    assert 6 <= clock.now < 8      # frozen at 3; 4 s after its last answer, one period late at most
+    assert backend.handles["ps:0"][0].signals == [signal.SIGKILL]       # no SIGTERM first
+    # frozen at 3: lost 4 s after its last answer (at most one period before), so by 8
+    assert 6 <= backend.clock.now < 8
