@@ -186,8 +186,8 @@ class Liveness:
                     self._watched[name] = Watched(name, address, since)
             return gone
 
-    def due(self, now: float | None = None) -> dict[str, str]:
-        """The tasks to ask now (name -> address): one not answered yet every
+    def due(self, now: float | None = None) -> dict[str, tuple[str, float]]:
+        """The tasks to ask now (name -> (address, start time)): one not answered yet every
         READY_PERIOD s during its first ``startup`` s, every ``period`` s otherwise."""
         now = self.clock() if now is None else now
         with self._lock:
@@ -196,19 +196,21 @@ class Liveness:
                 fast = w.first_answer is None and now - w.since < self.startup
                 every = READY_PERIOD if fast else self.period
                 if w.asked_at is None or now - w.asked_at >= every - 1e-6:
-                    out[w.name] = w.address
+                    out[w.name] = (w.address, w.since)
                     w.asked_at = now
             return out
 
-    def record(self, answers: dict[str, Answer], at: float | None = None) -> list[Watched]:
+    def record(self, answers: dict[str, Answer], at: float | None = None,
+               asked: dict[str, float] | None = None) -> list[Watched]:
         """Note one poll's answers (task name -> Answer); return the tasks that answered
-        for the first time since they started."""
+        for the first time since they started. ``asked``: the start time of each task when
+        it was asked; an answer for a task restarted meanwhile is dropped."""
         at = self.clock() if at is None else at
         first = []
         with self._lock:
             for name, answer in answers.items():
                 w = self._watched.get(name)
-                if w is None:
+                if w is None or (asked is not None and asked.get(name) != w.since):
                     continue
                 w.code = answer.code
                 if answer.ok:
@@ -324,10 +326,11 @@ class LivenessMonitor:
             return
         if self.prober is None:
             self.prober = GrpcProber()
-        answers = self.prober.ask_all(targets.values())
+        answers = self.prober.ask_all(a for a, _ in targets.values())
         at = self.clock()
-        by_name = {n: answers[a] for n, a in targets.items() if a in answers}
-        for w in self.liveness.record(by_name, at):
+        by_name = {n: answers[a] for n, (a, _) in targets.items() if a in answers}
+        asked = {n: since for n, (_, since) in targets.items()}
+        for w in self.liveness.record(by_name, at, asked):
             self._note("task_answering", task=w.name, address=w.address,
                        after=round(at - w.since, 3))
         self.polls += 1

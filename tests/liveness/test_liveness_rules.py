@@ -96,9 +96,12 @@ def test_a_restarted_task_starts_afresh():
     clock.sleep(30)
     live.record({"ps:0": NOBODY})
     assert [x.name for x in live.lost()] == ["ps:0"]
+    asked = {n: since for n, (_, since) in live.due().items()}    # asked the old process
     gone = live.watch({"ps:0": ("h:1", 30.0)})         # started again at t=30
     assert [w.name for w in gone] == ["ps:0"]
     assert live.lost() == []
+    live.record({"ps:0": OK}, asked=asked)             # the old process's late answer
+    assert not live.answered("ps:0", 30.0)
     assert live.watch({}) and live.due() == {}           # stopped: not watched
 
 
