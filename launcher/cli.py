@@ -8,14 +8,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
-import os
-import shlex
 import signal
 import sys
-from typing import Any
 
-from launcher.errors import UsageError
+from launcher.errors import Terminated, UsageError
 
 SUBCOMMANDS = {
     "report": "launcher.output.report",
@@ -25,11 +21,18 @@ SUBCOMMANDS = {
     "logs": "launcher.run_commands:logs_main",
     "cancel": "launcher.run_commands:cancel_main",
 }
-MAX_PORT_RETRIES = 3
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        from launcher.remote_bootstrap import shown
+
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {shown(message)}\n")
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="launch",
         description="Run a distributed TensorFlow job (chief, workers, ps, evaluator) from one "
                     "cluster spec: every task gets its TF_CONFIG, the job ends at max_steps, "
@@ -53,6 +56,9 @@ def _parser() -> argparse.ArgumentParser:
                         "else .tfcluster/runs/RUN_ID)")
     p.add_argument("--quiet", "-q", action="store_true",
                    help="do not stream the tasks' output (it is still kept in the run dir)")
+    p.add_argument("--verbose", "-v", action="store_true",
+                   help="also print TensorFlow's routine output (deprecation notices, "
+                        "banners, INFO lines), which is otherwise only in the task logs")
     p.add_argument("--retrain", action="store_true",
                    help="train even when model_dir already holds a checkpoint at max_steps")
     p.add_argument("--detach", action="store_true",
@@ -92,10 +98,6 @@ def main(argv: list[str] | None = None) -> int:
     return _guard(lambda: run_cli(argv))
 
 
-class Terminated(Exception):
-    """SIGTERM or SIGHUP before the job loop took over the signals (checks, probes)."""
-
-
 def _terminate(signum, _frame):
     raise Terminated(signum)
 
@@ -108,7 +110,10 @@ def _guard(fn) -> int:
     try:
         return fn()
     except UsageError as e:
-        print(f"launch: error: {e}", file=sys.stderr)
+        from launcher.remote_bootstrap import shown
+
+        text = "\n".join(shown(line) for line in str(e).split("\n"))
+        print(f"launch: error: {text}", file=sys.stderr)
         return e.exit_status
     except KeyboardInterrupt:
         print("launch: interrupted", file=sys.stderr)
@@ -119,162 +124,19 @@ def _guard(fn) -> int:
 
 
 def run_cli(argv: list[str]) -> int:
-    from launcher.backends import backend_class
-    from launcher.errors import SpecError
-    from launcher.spec import load_spec
-
     args, command = parse_args(argv)
-    spec = load_spec(args.spec)
-    backend_name = "local" if args.local else spec.backend
-    for section, raw in spec.backend_options.items():
-        backend_class(section).validate_options(raw, section)
-    cls = backend_class(backend_name)
-    backend = cls(spec, cls.validate_options(spec.backend_options.get(backend_name), backend_name))
-    if not (command or spec.command):
-        raise SpecError("command", "no command to run: set \"command\" in the spec or give it "
-                                   "after --", spec.source)
+    from launcher import api
+
+    spec, backend = api.prepare(args.spec, command, local=args.local)
     if args.detach and not args.in_allocation:
         from launcher.detach import detach
         return detach(spec, backend, command, args)
     backend.inside_job = args.in_allocation
-    if not args.dry_run:
-        backend.prepare()
-    plan = make_plan(spec, backend, command, run_id=args.run_id)
     if args.dry_run:
-        print(render_dry_run(plan, backend, as_json=args.json))
+        plan = api.make_plan(spec, backend, command, run_id=args.run_id)
+        print(api.render_dry_run(plan, backend, as_json=args.json))
         return 0
-    return execute(spec, backend, plan, command, args)
-
-
-def make_plan(spec, backend, command, run_id: str | None = None):
-    from launcher.plan import build_plan
-
-    return build_plan(spec, port_for=backend.allocate_port, host_for=backend.host_for,
-                      command=command, run_id=run_id, backend=backend.name,
-                      base_env={"TFCLUSTER_RESTART_COUNT": str(backend.attempt())})
-
-
-def public_plan(plan) -> dict[str, Any]:
-    """The plan as plain data, secrets in the tasks' environments masked: what --dry-run
-    prints and plan.json keeps."""
-    from launcher.redact import redact_env
-
-    doc = plan.to_dict()
-    for task in doc["tasks"]:
-        task["env"] = redact_env(task["env"])
-    return doc
-
-
-def render_dry_run(plan, backend, as_json: bool = False, extra: str | None = None) -> str:
-    doc = public_plan(plan)
-    tasks = doc["tasks"]
-    extra = backend.describe(plan) if extra is None else extra
-    if as_json:
-        doc["backend"] = backend.name
-        if extra is not None:
-            doc["rendered"] = extra
-        return json.dumps(doc, indent=2)
-    lines = [f"# job {plan.name}  run {plan.run_id}  backend {backend.name}  "
-             f"max_steps {plan.max_steps if plan.max_steps is not None else '(not set)'}",
-             f"# model_dir {plan.model_dir}"]
-    for t in tasks:
-        lines.append(f"{t['type']}:{t['index']}  {t['host']}:{t['port']}")
-        for key, value in t["env"].items():
-            lines.append(f"  {key}={shlex.quote(value)}")
-        lines.append(f"  command: {shlex.join(t['command'])}")
-        if t["cwd"]:
-            lines.append(f"  cwd: {t['cwd']}")
-    if extra:
-        lines += ["", extra]
-    return "\n".join(lines)
-
-
-def default_run_dir(spec, run_id: str) -> str:
-    from launcher.runs import runs_root
-
-    return os.path.join(spec.run_dir or runs_root(), run_id)
-
-
-def execute(spec, backend, plan, command, args, on_running=None) -> int:
-    """Run the job attached; its state goes into the run registry (launcher/runs.py);
-    ``on_running(state)`` is called once every task started."""
-    from launcher.runs import RunLog, open_state
-
-    run_dir = args.run_dir or default_run_dir(spec, plan.run_id)
-    os.makedirs(run_dir, exist_ok=True)
-    state = open_state(run_dir, plan, backend, args)
-    state.on_running = on_running
-    try:
-        status, reason, summary = _execute(spec, backend, plan, command, args, run_dir,
-                                           RunLog(os.path.join(run_dir, "events.jsonl"), state),
-                                           state)
-    except BaseException as e:
-        status, reason = _exit_of(e)
-        state.finish(status, reason, None, requeued=status > 128 and backend.requeued())
-        raise
-    state.finish(status, reason, summary, requeued=status > 128 and backend.requeued())
-    return status
-
-
-def _exit_of(e: BaseException) -> tuple[int, str]:
-    """The exit status and reason of a run that ended by this exception."""
-    if isinstance(e, UsageError):
-        return e.exit_status, str(e)
-    if isinstance(e, KeyboardInterrupt):
-        return 130, "interrupted by SIGINT"
-    if isinstance(e, Terminated):
-        return 128 + e.args[0], f"interrupted by {signal.Signals(e.args[0]).name}"
-    return 1, f"launcher error: {e!r}"
-
-
-def _execute(spec, backend, plan, command, args, run_dir, events, state):
-    from launcher.job import Job, PortConflict
-    from launcher.output.console import Console
-    from launcher.output.summary import summary_table
-
-    console = Console(quiet=args.quiet)
-    try:
-        backend.preflight(plan)
-        from launcher.storage_check import preflight_model_dir
-        if preflight_model_dir(plan, backend, args.retrain, console, events):
-            return 0, "model_dir already holds a checkpoint at max_steps", None
-        _write_plan(run_dir, plan)
-        for attempt in range(MAX_PORT_RETRIES + 1):
-            job = Job(plan, backend, run_dir, console, events=events)
-            state.attach(job)
-            try:
-                result = job.run()
-                break
-            except PortConflict as e:
-                if attempt == MAX_PORT_RETRIES:
-                    raise
-                console.info(f"{e}; picking new ports and starting again")
-                events.write("port_conflict", message=str(e))
-                plan = make_plan(spec, backend, command, run_id=plan.run_id)
-                _write_plan(run_dir, plan)
-    finally:
-        backend.close()
-    table = summary_table(result.runs)
-    verdict = "succeeded" if result.status == 0 else f"FAILED (exit status {result.status})"
-    console.info(f"job {verdict} after {result.duration:.1f}s: {result.reason}\n{table}")
-    from launcher.output.metrics_table import metrics_table
-    metrics = metrics_table(plan.storage)
-    if metrics:
-        console.info(f"metrics of each checkpoint, evaluated afresh:\n{metrics}")
-    summary = {"status": result.status, "reason": result.reason,
-               "duration": round(result.duration, 3),
-               "tasks": [{"task": r.name, "address": r.task.address, "exit": r.status,
-                          "stopped": r.stopped, "restarts": r.restarts,
-                          "duration": round(r.duration(), 3), "log": r.log_path}
-                         for r in result.runs]}
-    with open(os.path.join(run_dir, "summary.json"), "w", encoding="utf-8") as f:
-        json.dump(summary, f, indent=2)
-    return result.status, result.reason, summary
-
-
-def _write_plan(run_dir: str, plan) -> None:
-    with open(os.path.join(run_dir, "plan.json"), "w", encoding="utf-8") as f:
-        json.dump(public_plan(plan), f, indent=2)
+    return api.start(spec, backend, command, args).status
 
 
 if __name__ == "__main__":

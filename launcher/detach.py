@@ -45,7 +45,7 @@ def follow_commands(run_id: str, run_dir: str) -> list[str]:
 
 
 def detach(spec, backend, command: list[str] | None, args) -> int:
-    from launcher.cli import default_run_dir, make_plan, render_dry_run
+    from launcher.api import default_run_dir, make_plan, render_dry_run
 
     if backend.detached_by_engine:
         plan = make_plan(spec, backend, command, run_id=args.run_id)
@@ -66,13 +66,13 @@ def detach(spec, backend, command: list[str] | None, args) -> int:
 
 
 def _submit(spec, backend, plan, run_dir: str, relaunch: list[str]) -> int:
-    from launcher.cli import _write_plan
+    from launcher.api import write_plan
     from launcher.runs import RunState, describe_handle
 
     os.makedirs(run_dir, exist_ok=True)
     state = RunState(run_dir, plan.run_id, plan.name, backend.name, max_steps=plan.max_steps,
                      detached=True, spec_path=spec.source, state="queued")
-    _write_plan(run_dir, plan)
+    write_plan(run_dir, plan)
     try:
         handle = backend.submit(plan, run_dir, relaunch)
     except UsageError as e:
@@ -146,12 +146,12 @@ def _become_daemon(spec, backend, plan, command, args, run_dir: str, pipe: int) 
         def ready(_state) -> None:
             _say(pipe, f"ready {os.getpid()}")
 
-        from launcher.cli import _exit_of, execute
+        from launcher.api import execute, exit_of
 
         try:
-            status = execute(spec, backend, plan, command, args, on_running=ready)
+            status = execute(spec, backend, plan, command, args, on_running=ready).status
         except BaseException as e:       # noqa: BLE001 - every end is reported
-            status, reason = _exit_of(e)
+            status, reason = exit_of(e)
             print(f"launch: error: {reason}", file=sys.stderr)
             _say(pipe, f"error {status} {reason}")
     finally:

@@ -22,3 +22,8 @@ class SpecError(UsageError):
 
 class PreflightError(UsageError):
     """Checks before start failed (hosts unreachable, storage not shared...)."""
+
+
+class Terminated(Exception):
+    """SIGTERM or SIGHUP before the job loop took over the signals (checks, probes);
+    ``args[0]`` is the signal number."""

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 from launcher.backends.base import Backend, TaskHandle
 from launcher.events import EventLog
 from launcher.output.console import Console
+from launcher.output.noise import latest_state
 from launcher.plan import JobPlan, TaskPlan
 from launcher.restarts import RestartBook
 from orchestrator.decisions import CLUSTER, FAIL, FINISH, IGNORE, LOST, Decision, TaskState
@@ -207,7 +208,8 @@ class Job:
             out.append(TaskState(run.name, run.task.type, run.task.address, alive=not ended,
                                  exit_status=run.status_text() if ended else None,
                                  stopped=run.stopped, restarts=run.restarts,
-                                 started_at=run.started, running=run.running))
+                                 started_at=run.started, restarting=run.name in self.due,
+                                 running=run.running))
         return out
 
     def _wait_for_wake(self, secs: float) -> None:
@@ -236,7 +238,7 @@ class Job:
                 log.write(raw)
                 log.flush()
                 line = raw.decode(errors="replace").rstrip("\r\n")
-                run.tail.append(line)
+                run.tail.append(latest_state(line))    # a redrawn bar: its last state
                 self.console.task_line(run.name, line)
         except (OSError, ValueError):
             pass

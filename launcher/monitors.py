@@ -85,6 +85,7 @@ class CoordinatorMonitor:
             self._restarts = restarts
             self.coordinator.note_restart()
         p = self.coordinator.progress()
+        self.console.progress(p, tasks, self._restarts)
         self._maybe_print(p, now)
         decision = self.coordinator.judge(tasks)
         if decision is None:
@@ -103,7 +104,7 @@ class CoordinatorMonitor:
         silent = self.not_answering() if self.not_answering else []
         line = progress_line(p, now - (self._started or now), self._restarts, now, silent)
         if line != last or now - at >= PROGRESS_QUIET:
-            self.console.info(line)
+            self.console.progress_line(line)
             self._last_line = (line, now)
 
     def close(self) -> None:

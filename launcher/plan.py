@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from launcher import model_dir as model_dirs
+from launcher.expand import expand, expand_args
 from launcher.spec import TIMEOUT_DEFAULTS, Address, RestartPolicy, Spec, resources_for
 from orchestrator.roles import in_start_order
 from orchestrator.steps import derive_max_steps
@@ -32,6 +33,9 @@ class TaskPlan:
     cwd: str | None = None
     auto_port: bool = False
     resources: dict[str, Any] = field(default_factory=dict)
+    # the command as the spec gives it, before $(VAR) expansion (Kubernetes expands it in
+    # the pod); None when it has nothing to expand
+    raw_command: list[str] | None = None
 
     @property
     def name(self) -> str:
@@ -133,9 +137,9 @@ def build_plan(
     """
     run_id = run_id or new_run_id(spec.name)
     max_steps = max_steps_of(spec)
-    argv = list(command or spec.command)
-    if not argv:
-        raise ValueError("no command: give one in the spec or after --")
+    missing = [r for r in spec.role_names if not spec.command_for(r, command)]
+    if missing:
+        raise ValueError(f"no command for {missing[0]}: give one in the spec or after --")
 
     def resolve(addr: Address) -> tuple[str, int, bool]:
         host = host_for(addr.host)
@@ -152,19 +156,26 @@ def build_plan(
     cluster = {job: [fmt(*resolved[(job, i)][:2]) for i in range(len(spec.cluster[job]))]
                for job in spec.cluster}
     shard_of = {t: n for n, t in enumerate(spec.trainers)}
+    hosts_env = {f"TFCLUSTER_{job.upper()}_HOSTS": ",".join(addrs)
+                 for job, addrs in cluster.items()}
 
     tasks = []
     for job, i, _ in roles:
         host, port, auto = resolved[(job, i)]
         env = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
         env.update(base_env or {})
-        env.update(spec.env)
-        env.update({
+        ours = {
             "TF_CONFIG": tf_config(cluster, job, i),
             "TFCLUSTER_RUN_ID": run_id,
             "TFCLUSTER_MODEL_DIR": spec.model_dir,
             "TFCLUSTER_TASK": f"{job}:{i}",
-        })
+            "TFCLUSTER_TASK_TYPE": job,
+            "TFCLUSTER_TASK_INDEX": str(i),
+            **hosts_env,
+        }
+        # the spec's values may name ours: "JOB_NAME": "$(TFCLUSTER_TASK_TYPE)"
+        env.update({k: expand(v, ours) for k, v in spec.env_for(job).items()})
+        env.update(ours)
         if max_steps is not None:
             env["TFCLUSTER_MAX_STEPS"] = str(max_steps)
         if (job, i) in shard_of:
@@ -174,8 +185,11 @@ def build_plan(
             env["TFCLUSTER_EPOCHS"] = str(spec.epochs)
             env["TFCLUSTER_EXAMPLES"] = str(spec.examples)
             env["TFCLUSTER_BATCH_SIZE"] = str(spec.batch_size)
-        tasks.append(TaskPlan(job, i, host, port, list(argv), env, spec.workdir, auto,
-                              resources_for(spec, job)))
+        argv = spec.command_for(job, command)
+        expanded = expand_args(argv, env)
+        tasks.append(TaskPlan(job, i, host, port, expanded, env, spec.workdir_for(job), auto,
+                              resources_for(spec, job),
+                              raw_command=argv if expanded != argv else None))
     return JobPlan(run_id, spec.name, spec.model_dir, max_steps, tasks, spec.strategy,
                    backend=backend or spec.backend, timeouts=dict(spec.timeouts),
                    restart=restart_policies(spec), check_storage=spec.check_storage,

@@ -109,11 +109,41 @@ def watch_control(pgid, grace, silence=None):
     killpg(pgid, signal.SIGKILL)
 
 
-def find_program(program, cwd, path):
+def shown(text):
+    """``text`` as one printable line: control characters escaped (``\\n``, ``\\x1b``)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def program_problem(program, cwd, path):
+    """Why ``program`` cannot be started in ``cwd`` with ``path`` as PATH, or None. (The
+    launcher checks local tasks with this function too.)"""
+    problem = _program_problem(program, cwd, path)
+    return None if problem is None else shown(problem)
+
+
+def _program_problem(program, cwd, path):
     if "/" in program:
         full = os.path.join(cwd or os.getcwd(), os.path.expanduser(program))
-        return full if os.path.isfile(full) and os.access(full, os.X_OK) else None
-    return shutil.which(program, path=path)
+        where = "" if os.path.isabs(os.path.expanduser(program)) else \
+            " (relative to " + (cwd or os.getcwd()) + ")"
+        if os.path.isdir(full):
+            return "program " + program + " is a directory" + where
+        if not os.path.isfile(full):
+            return "program " + program + " not found" + where
+        if not os.access(full, os.X_OK):
+            return ("program " + program + " is not executable" + where + " (chmod +x it, "
+                    "or start it with its interpreter)")
+        return None
+    if shutil.which(program, path=path):
+        return None
+    for folder in path.split(os.pathsep):
+        candidate = os.path.join(folder or ".", program)
+        if os.path.isfile(candidate):
+            return ("program " + program + " (" + candidate + ") is not executable (chmod +x "
+                    "it, or start it with its interpreter)")
+    return "program " + program + " not found on PATH (" + path + ")"
 
 
 def port_taken(port):
@@ -138,11 +168,12 @@ def check(nonce, items):
                             f"out to get a free one)")
         cwd, program = item.get("cwd"), item["program"]
         if cwd and not os.path.isdir(cwd):
-            problems.append(f"{item['task']}: working directory {cwd} does not exist")
+            problems.append(f"{item['task']}: working directory {shown(cwd)} does not exist")
             continue
         path = item.get("path") or os.environ.get("PATH", os.defpath)
-        if find_program(program, cwd, path) is None:
-            problems.append(f"{item['task']}: program {program} not found or not executable")
+        problem = program_problem(program, cwd, path)
+        if problem:
+            problems.append(f"{item['task']}: {problem}")
     print(json.dumps({"nonce": nonce, "host": socket.gethostname(), "problems": problems}))
     sys.stdout.flush()
 

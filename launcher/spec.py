@@ -19,8 +19,9 @@ from orchestrator.roles import JOB_NAMES, ROLES, TRAINERS, trainer_jobs
 TOP_LEVEL_KEYS = (
     "name", "cluster", "evaluator", "command", "model_dir", "max_steps", "epochs", "examples",
     "batch_size", "backend", "env", "workdir", "run_dir", "timeouts", "restart", "resources",
-    "check_storage", "$schema", "description", "strategy",
+    "check_storage", "$schema", "description", "strategy", "roles",
 )
+ROLE_KEYS = ("command", "env", "workdir")     # what "roles": {ROLE: {...}} may override
 # How the job trains: who reads training data and what one global step is.
 STRATEGIES = ("estimator", "parameter_server", "multi_worker_mirrored")
 TIMEOUT_DEFAULTS = {
@@ -58,6 +59,16 @@ class RestartPolicy:
     backoff: float = 1.0
 
 
+@dataclass(frozen=True)
+class RoleSettings:
+    """One role's own command, environment and working directory (``"roles": {"ps": ...}``):
+    each replaces (``env``: extends) the top-level value for that role's tasks."""
+
+    command: list[str] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    workdir: str | None = None
+
+
 @dataclass
 class Spec:
     """A validated cluster spec. Plain data: print it, diff it, build plans from it."""
@@ -81,7 +92,29 @@ class Spec:
     resources: dict[str, dict[str, Any]] = field(default_factory=dict)
     check_storage: bool = True
     backend_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    roles: dict[str, RoleSettings] = field(default_factory=dict)
     source: str | None = None
+
+    def command_for(self, role: str, command: list[str] | None = None) -> list[str]:
+        """The role's own command, else ``command`` (given after ``--``), else the spec's."""
+        own = self.roles.get(role)
+        return list((own and own.command) or command or self.command)
+
+    def env_for(self, role: str) -> dict[str, str]:
+        """The spec's env with the role's own on top."""
+        env = dict(self.env)
+        if role in self.roles:
+            env.update(self.roles[role].env)
+        return env
+
+    def workdir_for(self, role: str) -> str | None:
+        own = self.roles.get(role)
+        return (own and own.workdir) or self.workdir
+
+    @property
+    def role_names(self) -> list[str]:
+        """Every role that has tasks: the cluster's jobs, and the evaluator when there is one."""
+        return list(self.cluster) + (["evaluator"] if self.evaluator is not None else [])
 
     @property
     def trainers(self) -> list[tuple[str, int]]:
@@ -111,8 +144,8 @@ def resources_for(spec: Spec, role: str) -> dict[str, Any]:
     return res
 
 
-def load_spec(path: str) -> Spec:
-    """Read and validate a spec file."""
+def load_spec(path: str, overrides: dict[str, Any] | None = None) -> Spec:
+    """Read and validate a spec file; ``overrides`` replace top-level keys before validation."""
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
@@ -126,10 +159,11 @@ def load_spec(path: str) -> Spec:
         raise SpecError("", f"spec file is not UTF-8 text: {path} ({e.reason})") from None
     except OSError as e:
         raise SpecError("", f"spec file cannot be read: {path} ({e.strerror or e})") from None
-    return parse_spec(text, source=path)
+    return parse_spec(text, source=path, overrides=overrides)
 
 
-def parse_spec(text: str, source: str | None = None) -> Spec:
+def parse_spec(text: str, source: str | None = None,
+               overrides: dict[str, Any] | None = None) -> Spec:
     """Parse JSON text into a Spec; raise SpecError naming the problem."""
     try:
         raw = json.loads(text)
@@ -139,6 +173,8 @@ def parse_spec(text: str, source: str | None = None) -> Spec:
         ) from None
     except RecursionError:
         raise SpecError("", "invalid JSON: lists or objects nested too deeply", source) from None
+    if overrides and isinstance(raw, dict):
+        raw = {**raw, **overrides}
     try:
         return validate(raw, source)
     except SpecError as e:
@@ -298,6 +334,39 @@ def _check_duplicates(cluster: dict[str, list[Address]], evaluator: Address | No
         seen[key] = where
 
 
+def _parse_env(raw: Any, where: str) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for key, value in expect_dict(raw, where).items():
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+            raise _fail(f"{where}.{key}", "is not a valid environment variable name")
+        if key == "TF_CONFIG" or key.startswith("TFCLUSTER_"):
+            raise _fail(f"{where}.{key}", "is set by tfcluster for every task; do not set it")
+        env[key] = expect_str(value, f"{where}.{key}", allow_empty=True)
+    return env
+
+
+def _parse_roles(raw: Any, cluster: dict[str, list[Address]],
+                 evaluator: Address | None) -> dict[str, RoleSettings]:
+    roles = expect_dict(raw, "roles")
+    check_keys(roles, ROLES, "roles")
+    out = {}
+    for role, value in roles.items():
+        where = f"roles.{role}"
+        if role not in cluster and not (role == "evaluator" and evaluator is not None):
+            raise _fail(where, f"the spec has no {role} task (add it to "
+                               f"{'evaluator' if role == 'evaluator' else 'cluster'} or "
+                               "leave it out of roles)")
+        settings = expect_dict(value, where)
+        check_keys(settings, ROLE_KEYS, where)
+        out[role] = RoleSettings(
+            command=expect_argv(settings["command"], f"{where}.command")
+            if "command" in settings else None,
+            env=_parse_env(settings["env"], f"{where}.env") if "env" in settings else {},
+            workdir=expect_str(settings["workdir"], f"{where}.workdir")
+            if "workdir" in settings else None)
+    return out
+
+
 def _parse_restart(raw: Any) -> dict[str, RestartPolicy]:
     restart = expect_dict(raw, "restart")
     check_keys(restart, ROLES, "restart")
@@ -404,14 +473,7 @@ def validate(raw: Any, source: str | None = None) -> Spec:
     if strategy == "multi_worker_mirrored" and "ps" in cluster:
         raise _fail("strategy", "multi_worker_mirrored takes no ps (remove cluster.ps)")
 
-    env: dict[str, str] = {}
-    if "env" in spec_obj:
-        for key, value in expect_dict(spec_obj["env"], "env").items():
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
-                raise _fail(f"env.{key}", "is not a valid environment variable name")
-            if key == "TF_CONFIG" or key.startswith("TFCLUSTER_"):
-                raise _fail(f"env.{key}", "is set by tfcluster for every task; do not set it")
-            env[key] = expect_str(value, f"env.{key}", allow_empty=True)
+    env = _parse_env(spec_obj["env"], "env") if "env" in spec_obj else {}
 
     timeouts = dict(TIMEOUT_DEFAULTS)
     if "timeouts" in spec_obj:
@@ -447,5 +509,6 @@ def validate(raw: Any, source: str | None = None) -> Spec:
         resources=_parse_resources(spec_obj["resources"]) if "resources" in spec_obj else {},
         check_storage=expect_bool(spec_obj.get("check_storage", True), "check_storage"),
         backend_options=backend_options,
+        roles=_parse_roles(spec_obj["roles"], cluster, evaluator) if "roles" in spec_obj else {},
         source=source,
     )

@@ -140,9 +140,14 @@ def check_shared_storage(plan, backend, console=None, events=None) -> None:
                 console.info(f"shared-storage check skipped: {e}")
             return
         for task, result in zip(plan.tasks, results):
-            out = _parse(result.output) or {}
+            out = _parse(result.output)
             problem = None
-            if not out.get("ok"):
+            if out is None:     # the probe did not run: the interpreter, not model_dir
+                detail = result.output.strip()[-300:] or "no output"
+                problem = (f"the storage check could not run {probe_python(task.command)} "
+                           f"there (exit status {result.returncode}): {detail}")
+                out = {}
+            elif not out.get("ok"):
                 detail = out.get("error") or result.output.strip()[-300:] or \
                     f"exit status {result.returncode}"
                 problem = f"cannot write model_dir {plan.model_dir}: {detail}"
@@ -241,7 +246,7 @@ def already_trained(plan, retrain: bool, console, events) -> bool:
 
 
 def preflight_model_dir(plan, backend, retrain: bool, console, events) -> bool:
-    """Both checks, as ``launcher.cli.execute`` runs them; True: do not start (exit 0)."""
+    """Both checks, as ``launcher.api.execute`` runs them; True: do not start (exit 0)."""
     if already_trained(plan, retrain, console, events):
         return True
     if plan.check_storage:

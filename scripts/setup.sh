@@ -37,6 +37,7 @@ if [[ ! -x .venv-tf2/bin/python ]] || ! .venv-tf2/bin/python -c "import tf_keras
   pipq .venv-tf2/bin/pip install -q "tensorflow-cpu==2.21.0" fsspec psutil
   pipq .venv-tf2/bin/pip install -q --no-deps "tf-keras==2.21.0"
 fi
+.venv-tf2/bin/python -c "import rich" 2>/dev/null || pipq .venv-tf2/bin/pip install -q rich
 pipq .venv-tf2/bin/pip install -q --no-deps -e .
 .venv-tf2/bin/python -c "import tf_keras, orchestrator" || { echo "setup: .venv-tf2 is broken" >&2; exit 1; }
 echo "setup: done (activate with: . .venv/bin/activate)"

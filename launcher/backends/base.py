@@ -66,6 +66,8 @@ class Backend(ABC):
     # The launcher can reach the tasks' addresses (their TF servers' gRPC): readiness and
     # liveness probes (launcher/liveness.py) work. Not from outside a Kubernetes cluster.
     reachable: ClassVar[bool] = True
+    # An address without a port gets one picked anew at every start (--dry-run says so).
+    ports_picked_at_start: ClassVar[bool] = True
     # True when the launcher runs inside the engine's job (a detached Slurm run's batch
     # script): ``prepare`` adopts that job, ``close`` leaves it to end with the script.
     inside_job: bool = False

@@ -124,6 +124,7 @@ class KubernetesBackend(Backend):
 
     name = "kubernetes"
     OPTIONS = KubernetesOptions
+    ports_picked_at_start = False      # every pod listens on kubernetes.port
     options: KubernetesOptions
     reachable = False   # pod addresses are cluster-internal: the engine's state alone
 
@@ -228,9 +229,20 @@ class KubernetesBackend(Backend):
         out: list[dict] = [{"name": INDEX_ENV, "valueFrom": {"fieldRef": {
             "fieldPath": index_ref}}}]
         shift = False
-        for key, value in env.items():
+        # the spec's own values go last, as written: the kubelet expands their $(VAR) from
+        # the variables before them, as the launcher does for other backends
+        own = {k: v for k, v in self.spec.env_for(role).items() if k in env}
+        if redact:
+            own = {k: env[k] if env[k] == "***" else v for k, v in own.items()}
+        ordered = [(k, v) for k, v in env.items() if k not in own] + list(own.items())
+        for key, value in ordered:
+            if key in own:
+                out.append({"name": key, "value": value})
+                continue
             value = value.replace("$(", "$$(")      # the kubelet expands $(VAR): keep literal
-            if key == "TF_CONFIG":
+            if key == "TFCLUSTER_TASK_INDEX":
+                value = f"$({INDEX_ENV})"
+            elif key == "TF_CONFIG":
                 if mode == "tfjob":
                     continue                        # the operator sets it
                 cluster = json.dumps(json.loads(value)["cluster"], separators=(",", ":"))
@@ -252,7 +264,7 @@ class KubernetesBackend(Backend):
     def _container(self, plan: JobPlan, role: str, redact: bool) -> dict:
         task = plan.task(role, 0)
         env, shift = self._env(plan, role, redact)
-        command = list(task.command)
+        command = list(task.raw_command or task.command)    # the kubelet expands $(VAR)
         if shift:
             command = ["/bin/sh", "-c", f"export TFCLUSTER_SHARD_INDEX=$(({INDEX_ENV} + 1)); "
                        'exec "$@"', "sh", *command]

@@ -10,6 +10,7 @@ import socket
 import subprocess
 
 from launcher.backends.base import Backend, ProbeResult, TaskHandle
+from launcher.environment import check_local_programs
 from launcher.errors import PreflightError
 from launcher.plan import JobPlan, TaskPlan
 from launcher.processes import ProcessHandle, die_with_parent, free_port, port_taken, task_environ
@@ -65,6 +66,7 @@ class LocalBackend(Backend):
         explicitly is free here."""
         if self.spec.backend == "local":
             check_hosts_are_local(self.spec)
+        check_local_programs(plan.tasks)
         for task in plan.tasks:
             if not task.auto_port and port_taken(task.port):
                 raise PreflightError(f"{task.name}: port {task.port} is already in use on "

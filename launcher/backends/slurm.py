@@ -437,6 +437,13 @@ class SlurmBackend(Backend):
         # clash ("address in use") makes the job loop re-plan with new ports.
         return free_port(self._ports)
 
+    def preflight(self, plan: JobPlan) -> None:
+        """Each task's working directory and program, checked on its node (one probe step
+        per node) before any task starts."""
+        from launcher.environment import check_programs_by_probe
+
+        check_programs_by_probe(plan, self)
+
     def _node_for(self, task: TaskPlan) -> str:
         if self.job_id is None:
             raise RuntimeError("Slurm backend: start() before prepare()")

@@ -18,6 +18,31 @@ def _duration(secs: float) -> str:
     return f"{secs // 3600}h{secs % 3600 // 60:02d}m"
 
 
+def eval_text(ev: dict) -> str:
+    """The latest evaluation in a few words: 'eval at step 200: loss=0.52, accuracy=0.73'."""
+    shown = sorted(ev.get("metrics", {}).items(),
+                   key=lambda kv: (FIRST_METRICS.index(kv[0])
+                                   if kv[0] in FIRST_METRICS else len(FIRST_METRICS), kv[0]))
+    metrics = ", ".join(f"{k}={v:.4g}" if isinstance(v, (int, float)) else f"{k}={v}"
+                        for k, v in shown[:4])
+    return f"eval at step {ev.get('step')}: {metrics}"
+
+
+def rate_words(p: Progress, now: float | None) -> list[str]:
+    """The rate and ETA ("66.2 steps/s", "ETA 7s"), or, when no new step came for
+    QUIET_AFTER s before ``now`` (a monotonic time), "no new step for 45s" instead: old
+    figures are never shown as current."""
+    quiet = None if now is None or p.step_at is None else now - p.step_at
+    if quiet is not None and quiet >= QUIET_AFTER and not p.reached_max_steps:
+        return [f"no new step for {_duration(quiet)}"]
+    words = []
+    if p.steps_per_sec is not None:
+        words.append(f"{p.steps_per_sec:.1f} steps/s")
+    if p.eta_secs is not None and not p.reached_max_steps:
+        words.append(f"ETA {_duration(p.eta_secs)}")
+    return words
+
+
 def progress_line(p: Progress, waited: float, restarts: int = 0, now: float | None = None,
                   silent: list[str] | tuple[str, ...] = ()) -> str:
     """One line: where training stands (the step from the events file when it is ahead of
@@ -31,24 +56,10 @@ def progress_line(p: Progress, waited: float, restarts: int = 0, now: float | No
     else:
         total = f"/{p.max_steps} ({100 * min(step, p.max_steps) // p.max_steps}%)" \
             if p.max_steps else ""
-        line = f"step {step}{total}"
-        quiet = None if now is None or p.step_at is None else now - p.step_at
-        if quiet is not None and quiet >= QUIET_AFTER and not p.reached_max_steps:
-            line += f", no new step for {_duration(quiet)}"
-        else:
-            if p.steps_per_sec is not None:
-                line += f", {p.steps_per_sec:.1f} steps/s"
-            if p.eta_secs is not None and not p.reached_max_steps:
-                line += f", ETA {_duration(p.eta_secs)}"
+        line = ", ".join([f"step {step}{total}", *rate_words(p, now)])
         line += f", checkpoint {ckpt.name}" if ckpt else ", no complete checkpoint yet"
     if p.latest_eval:
-        ev = p.latest_eval
-        shown = sorted(ev.get("metrics", {}).items(),
-                       key=lambda kv: (FIRST_METRICS.index(kv[0])
-                                       if kv[0] in FIRST_METRICS else len(FIRST_METRICS), kv[0]))
-        metrics = ", ".join(f"{k}={v:.4g}" if isinstance(v, (int, float)) else f"{k}={v}"
-                            for k, v in shown[:4])
-        line += f"; eval at step {ev.get('step')}: {metrics}"
+        line += f"; {eval_text(p.latest_eval)}"
     if silent:
         line += f"; {', '.join(silent)} not answering"
     if restarts:

@@ -3,8 +3,11 @@ PNG and a small self-contained HTML page written into RUN_DIR.
 
 The run directory holds plan.json (which names model_dir), summary.json and the logs. The
 training loss comes from the events files TensorFlow writes into model_dir (read without
-TensorFlow, orchestrator.tfformats); the evaluation metrics from the evaluator's
+TensorFlow, orchestrator.tfformats): Estimator's in model_dir itself (training) and
+``eval*/``, Keras' TensorBoard callback's in ``train/`` and ``validation/`` (also one level
+down, ``logs/train``). The evaluation metrics come from the evaluator's
 ``tfcluster_metrics.jsonl`` (orchestrator.metrics_file): each checkpoint's own values.
+Without matplotlib the HTML page is still written, with the data and no picture.
 """
 
 from __future__ import annotations
@@ -24,7 +27,12 @@ from orchestrator.tfformats import Scalar, scalars_in_dir
 
 PNG_NAME = "report.png"
 HTML_NAME = "report.html"
-LOSS_TAGS = ("loss", "epoch_loss", "train_loss", "training_loss")
+LOSS_TAGS = ("loss", "batch_loss", "epoch_loss", "train_loss", "training_loss")
+# validation loss in Keras' validation/ (against step, else per epoch) and Estimator's eval/
+VALIDATION_TAGS = ("evaluation_loss_vs_iterations", "loss", "epoch_loss")
+EVENTS_DEPTH = 3          # model_dir/logs/train/events.out.tfevents.*
+NO_MATPLOTLIB = ("no PNG: matplotlib is not installed for this Python; pip install "
+                 "'tfcluster[report]' (or matplotlib) and run launch report again")
 QUALITY = ("accuracy", "auc")          # drawn in the second panel when present
 SPLIT_STYLE = {"eval": "-", "train": "--"}
 
@@ -39,6 +47,12 @@ class RunData:
     summary: dict = field(default_factory=dict)
     loss: list[Scalar] = field(default_factory=list)
     records: list[MetricsRecord] = field(default_factory=list)
+    validation: list[Scalar] = field(default_factory=list)   # from events files
+
+    @property
+    def per_epoch(self) -> bool:
+        """Keras' epoch summaries count epochs, not steps."""
+        return bool(self.loss) and self.loss[0].tag.startswith("epoch_")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -60,16 +74,46 @@ def main(argv: list[str]) -> int:
     os.makedirs(out, exist_ok=True)
     png = render_png(data)
     png_path = os.path.join(out, PNG_NAME)
-    with open(png_path, "wb") as f:
-        f.write(png)
+    if png is not None:
+        with open(png_path, "wb") as f:
+            f.write(png)
     html_path = os.path.join(out, HTML_NAME)
     with open(html_path, "w", encoding="utf-8") as f:
         f.write(render_html(data, png))
     evals = {r.checkpoint for r in data.records}
     print(f"report of {data.run_id or data.run_dir}: {len(data.loss)} loss points, "
-          f"{len(evals)} evaluated checkpoints")
-    print(f"  {png_path}\n  {html_path}")
+          f"{len(data.validation)} validation points, {len(evals)} evaluated checkpoints")
+    print(f"  {png_path}\n  {html_path}" if png is not None
+          else f"  {html_path}\n  {NO_MATPLOTLIB}")
     return 0
+
+
+def event_dirs(model_dir: str) -> dict[str, list[str]]:
+    """The directories under model_dir that hold events files, by what they record:
+    "train" (model_dir itself, as Estimator writes, or a ``train/``), "validation" (Keras'
+    ``validation/``, Estimator's ``eval*/``). Other directories are left out."""
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(model_dir)
+    root = root.rstrip("/")
+    try:
+        files = fs.find(root, maxdepth=EVENTS_DEPTH)
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+    out: dict[str, list[str]] = {}
+    for parent in sorted({f.rsplit("/", 1)[0] for f in files
+                          if f.rsplit("/", 1)[-1].startswith("events.out.tfevents.")}):
+        last = parent.rsplit("/", 1)[-1]
+        split = "train" if parent == root or last == "train" else \
+            "validation" if last == "validation" or last.startswith("eval") else None
+        if split is not None:
+            out.setdefault(split, []).append(fs.unstrip_protocol(parent))
+    return out
+
+
+def _pick(scalars: list[Scalar], tags: tuple[str, ...]) -> list[Scalar]:
+    tag = next((t for t in tags if any(s.tag == t for s in scalars)), None)
+    return [s for s in scalars if s.tag == tag]
 
 
 def resolve_model_dir(model_dir: str, run_dir: str, plan: dict) -> str:
@@ -106,12 +150,25 @@ def load_run(run_dir: str, model_dir: str | None = None) -> RunData:
     model_dir = model_dir or resolve_model_dir(str(plan.get("model_dir", "")), run_dir, plan)
     if not model_dir:
         raise UsageError(f"{plan_path} names no model_dir; give --model-dir")
-    scalars = scalars_in_dir(model_dir)
-    tag = next((t for t in LOSS_TAGS if any(s.tag == t for s in scalars)), None)
+    from launcher.environment import check_fsspec_driver
+
+    check_fsspec_driver(model_dir)
+    try:
+        records = read_metrics(model_dir)
+    except OSError as e:
+        raise UsageError(f"model_dir {model_dir}: cannot read it "
+                         f"({e.strerror or type(e).__name__})") from None
+    dirs = event_dirs(model_dir)
+    train = [s for d in dirs.get("train", []) for s in scalars_in_dir(d)]
+    validation = [s for d in dirs.get("validation", []) for s in scalars_in_dir(d)]
+    loss = _pick(train, LOSS_TAGS)
+    tags = VALIDATION_TAGS if not (loss and loss[0].tag.startswith("epoch_")) else \
+        ("epoch_loss",)       # on the same axis as the training loss
     return RunData(run_dir=run_dir, model_dir=model_dir, name=plan.get("name", ""),
                    run_id=plan.get("run_id", ""), max_steps=plan.get("max_steps"),
-                   summary=summary, loss=[s for s in scalars if s.tag == tag],
-                   records=read_metrics(model_dir))
+                   summary=summary, loss=sorted(loss, key=lambda s: (s.step, s.wall_time)),
+                   records=records,
+                   validation=sorted(_pick(validation, tags), key=lambda s: s.step))
 
 
 def _series(records: list[MetricsRecord], split: str, name: str) -> tuple[list, list]:
@@ -128,14 +185,13 @@ def smooth(values: list[float], weight: float = 0.6) -> list[float]:
     return out
 
 
-def render_png(data: RunData) -> bytes:
+def render_png(data: RunData) -> bytes | None:
     """Two panels against step: loss (training, and evaluated per checkpoint) and
-    accuracy / AUC per checkpoint and split."""
+    accuracy / AUC per checkpoint and split. None without matplotlib."""
     try:
         import matplotlib
     except ImportError:
-        raise UsageError("launch report needs matplotlib: pip install 'tfcluster[report]'") \
-            from None
+        return None
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
 
@@ -150,6 +206,10 @@ def render_png(data: RunData) -> bytes:
                      label="training loss (logged batches)")
         ax_loss.plot(steps, smooth([s.value for s in data.loss]), color="0.25",
                      linewidth=1.4, label="training loss (smoothed)")
+    if data.validation:
+        ax_loss.plot([s.step for s in data.validation], [s.value for s in data.validation],
+                     ":", marker="s", markersize=4, color="C2",
+                     label="validation loss (events)")
     splits = sorted({r.split for r in data.records}, key=lambda s: (s != "eval", s))
     for split in splits:
         steps, values = _series(data.records, split, "loss")
@@ -166,10 +226,11 @@ def render_png(data: RunData) -> bytes:
                                 markersize=4, color=f"C{i}", label=f"{split} {name}")
                 drew_quality = True
     ax_quality.set_title("evaluation of each checkpoint")
-    for ax, has_data in ((ax_loss, bool(data.loss or data.records)), (ax_quality, drew_quality)):
-        ax.set_xlabel("global step")
+    for ax, has_data in ((ax_loss, bool(data.loss or data.records or data.validation)),
+                         (ax_quality, drew_quality)):
+        ax.set_xlabel("epoch" if data.per_epoch and ax is ax_loss else "global step")
         ax.grid(True, alpha=0.3)
-        if data.max_steps:
+        if data.max_steps and not (data.per_epoch and ax is ax_loss):
             ax.axvline(data.max_steps, color="0.3", linewidth=0.8, linestyle=":")
         if has_data:
             ax.legend(fontsize=8, loc="best")
@@ -188,9 +249,18 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def render_html(data: RunData, png: bytes) -> str:
-    """One page, no outside files: the picture, the latest metrics, every evaluated
-    checkpoint, and the tasks."""
+def sampled(points: list[Scalar], most: int = 40) -> list[Scalar]:
+    """At most ``most`` points, evenly spread, the last one kept."""
+    if len(points) <= most:
+        return list(points)
+    every = len(points) / most
+    picked = [points[int(i * every)] for i in range(most - 1)]
+    return picked + [points[-1]]
+
+
+def render_html(data: RunData, png: bytes | None) -> str:
+    """One page, no outside files: the picture (when matplotlib drew one), the latest
+    metrics, every evaluated checkpoint, the loss points, and the tasks."""
     columns = metric_columns(data.records, limit=8)
     ordered = sorted(data.records, key=lambda r: (r.step, r.split != "eval", r.split))
     rows = [[str(r.step), r.split, *(format_value(r.metrics.get(c)) for c in columns),
@@ -202,7 +272,15 @@ def render_html(data: RunData, png: bytes) -> str:
     tasks = [[t.get("task", ""), t.get("address", ""), str(t.get("exit", "")),
               f"{t.get('duration', 0):.1f}s", str(t.get("restarts", 0))]
              for t in data.summary.get("tasks", [])]
-    image = base64.b64encode(png).decode("ascii")
+    axis = "epoch" if data.per_epoch else "step"
+    if png is not None:
+        image = ("<img alt='loss and metrics against step' src='data:image/png;base64,"
+                 f"{base64.b64encode(png).decode('ascii')}'>")
+    else:
+        image = f"<p class='note'>{html.escape(NO_MATPLOTLIB)}.</p>"
+    loss_rows = [[str(s.step), format_value(s.value), "training"] for s in sampled(data.loss)]
+    loss_rows += [[str(s.step), format_value(s.value), "validation"]
+                  for s in sampled(data.validation)]
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",
         f"<title>tfcluster report: {html.escape(data.name or data.run_dir)}</title>",
@@ -213,13 +291,16 @@ def render_html(data: RunData, png: bytes) -> str:
         f"<h1>{html.escape(data.name)} <small>run {html.escape(data.run_id)}</small></h1>",
         f"<p>{html.escape(status)} · max_steps {data.max_steps} · model_dir "
         f"<code>{html.escape(data.model_dir)}</code> · last training loss {last_loss}</p>",
-        f"<img alt='loss and metrics against step' src='data:image/png;base64,{image}'>",
+        image,
         "<h2>Evaluation of each checkpoint</h2>",
         "<p>Each row is a checkpoint evaluated afresh by the evaluator (new metric state), "
         "not the running mean a trainer logs.</p>",
         _table(["step", "split", *columns, "checkpoint"], rows) if rows
         else "<p>No checkpoint was evaluated.</p>",
     ]
+    parts += [f"<h2>Loss against {axis}</h2>",
+              _table([axis, "loss", "series"], loss_rows) if loss_rows
+              else "<p>No loss in the events files.</p>"]
     if tasks:
         parts += ["<h2>Tasks</h2>", _table(["task", "address", "exit", "duration", "restarts"],
                                            tasks)]

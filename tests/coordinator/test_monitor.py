@@ -11,12 +11,14 @@ from tf_writes import FakeTrainer
 
 from launcher.events import EventLog, read_events
 from launcher.monitors import CoordinatorMonitor
+from launcher.output.console import Console
 from orchestrator.coordinator import Coordinator
 from orchestrator.decisions import TaskState
 
 
-class Lines:
+class Lines(Console):
     def __init__(self):
+        super().__init__()
         self.lines: list[str] = []
 
     def info(self, message: str) -> None:

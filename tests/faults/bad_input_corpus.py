@@ -4,8 +4,10 @@ started, nothing written into model_dir).
 A case is (id, spec, argv, expected): ``spec`` is a dict merged into a valid base spec (a
 key set to DROP is removed), or ``Raw(text)`` written as is, or ``Path(kind)`` for a spec
 path that is not a readable file; ``argv`` are the options after SPEC; ``expected`` is
-the last lines on stderr, with {spec}, {tmp}, {port} and {resolver} (this machine's
-resolver's words for an unknown host name) filled in.
+the last lines on stderr, with {spec}, {tmp}, {port}, {path} (the launcher's PATH) and
+{resolver} (this machine's resolver's words for an unknown host name) filled in, in
+``argv`` too. {tmp} holds ``a-file`` (not a directory, not executable) and
+``bin/train.sh`` (an executable shell script).
 """
 
 from __future__ import annotations
@@ -199,6 +201,64 @@ CASES: list[tuple[str, object, list[str], str]] = [
     ("model-dir-under-a-file", {"model_dir": "{tmp}/a-file/model"}, [],
      "launch: error: model_dir {tmp}/a-file/model: the launcher cannot write it "
      "(NotADirectoryError: [Errno 20] Not a directory: '{tmp}/a-file/model')"),
+    # --- the environment: programs, directories, drivers (any backend that can see them)
+    ("program-not-on-path", {"command": ["trian.py", "--steps", "3"]}, [],
+     "launch: error: ps:0, chief:0, worker:0: program trian.py not found on PATH ({path})"),
+    ("python-not-on-path", {"command": ["python3.99", "train.py"]}, [],
+     "launch: error: ps:0, chief:0, worker:0: program python3.99 not found on PATH ({path})"),
+    ("program-path-missing", {"command": ["{tmp}/bin/nosuch.sh"]}, [],
+     "launch: error: ps:0, chief:0, worker:0: program {tmp}/bin/nosuch.sh not found"),
+    ("program-relative-to-workdir", {"command": ["./train.sh"], "workdir": "{tmp}"}, [],
+     "launch: error: ps:0, chief:0, worker:0: program ./train.sh not found (relative to "
+     "{tmp})"),
+    ("program-not-executable", {"command": ["{tmp}/a-file"]}, [],
+     "launch: error: ps:0, chief:0, worker:0: program {tmp}/a-file is not executable (chmod "
+     "+x it, or start it with its interpreter)"),
+    ("program-on-path-not-executable", {"command": ["a-file"], "env": {"PATH": "{tmp}"}}, [],
+     "launch: error: ps:0, chief:0, worker:0: program a-file ({tmp}/a-file) is not "
+     "executable (chmod +x it, or start it with its interpreter)"),
+    ("program-is-a-directory", {"command": ["{tmp}/bin"]}, [],
+     "launch: error: ps:0, chief:0, worker:0: program {tmp}/bin is a directory"),
+    ("program-after-dashes-missing", {}, ["--", "no-such-trainer", "--flag"],
+     "launch: error: ps:0, chief:0, worker:0: program no-such-trainer not found on PATH "
+     "({path})"),
+    ("role-program-missing", {"roles": {"ps": {"command": ["no-such-ps-server"]}}}, [],
+     "launch: error: ps:0: program no-such-ps-server not found on PATH ({path})"),
+    ("workdir-missing", {"workdir": "{tmp}/no-such-dir"}, [],
+     "launch: error: ps:0, chief:0, worker:0: working directory {tmp}/no-such-dir does not "
+     "exist"),
+    ("role-workdir-missing", {"roles": {"worker": {"workdir": "{tmp}/gone"}}}, [],
+     "launch: error: worker:0: working directory {tmp}/gone does not exist"),
+    ("role-unknown", {"roles": {"workers": {"command": ["x"]}}}, [],
+     E + "roles.workers: unknown key (allowed: chief, evaluator, master, ps, worker)"),
+    ("role-without-tasks", {"roles": {"evaluator": {"command": ["x"]}}}, [],
+     E + "roles.evaluator: the spec has no evaluator task (add it to evaluator or leave it "
+         "out of roles)"),
+    ("role-key-typo", {"roles": {"ps": {"cmd": ["x"]}}}, [],
+     E + "roles.ps.cmd: unknown key (allowed: command, env, workdir)"),
+    ("role-env-reserved", {"roles": {"ps": {"env": {"TFCLUSTER_TASK_INDEX": "0"}}}}, [],
+     E + "roles.ps.env.TFCLUSTER_TASK_INDEX: is set by tfcluster for every task; do not set "
+         "it"),
+    ("fsspec-unknown-protocol", {"model_dir": "nosuchfs://bucket/model"}, [],
+     "launch: error: model_dir nosuchfs://bucket/model: unknown protocol nosuchfs:// (fsspec "
+     "has no driver of that name)"),
+    ("fsspec-driver-missing-gcs", {"model_dir": "gs://bucket/model"}, [],
+     "launch: error: model_dir gs://bucket/model: the fsspec driver for gs:// is not "
+     "installed for the launcher: pip install gcsfs"),
+    ("fsspec-driver-missing-hdfs", {"model_dir": "hdfs://namenode:8020/model"}, [],
+     "launch: error: model_dir hdfs://namenode:8020/model: the fsspec driver for hdfs:// is "
+     "not installed for the launcher: pip install pyarrow (and Hadoop's Java libraries)"),
+    ("fsspec-chained-driver-missing", {"model_dir": "simplecache::gs://bucket/model"}, [],
+     "launch: error: model_dir simplecache::gs://bucket/model: the fsspec driver for gs:// is "
+     "not installed for the launcher: pip install gcsfs"),
+    ("run-dir-under-a-file", {"run_dir": "{tmp}/a-file/runs"}, [],
+     "launch: error: run_dir {tmp}/a-file/runs: cannot create it ({tmp}/a-file is not a "
+     "directory)"),
+    ("run-dir-option-is-a-file", {}, ["--run-dir", "{tmp}/a-file"],
+     "launch: error: run_dir {tmp}/a-file: cannot create it (a file of that name exists)"),
+    ("run-dir-in-proc", {}, ["--run-dir", "/proc/tfcluster-runs"],
+     "launch: error: run_dir /proc/tfcluster-runs: cannot create it in /proc (No such file "
+     "or directory)"),
     ("deeply-nested-json", Raw('{"cluster": ' + "[" * 100000), [],
      E + "invalid JSON: lists or objects nested too deeply"),
 ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import socket
 import sys
 from pathlib import Path
@@ -87,13 +88,17 @@ def test_bad_input_is_one_clear_error(tmp_path, capsys, case_id, spec, argv, exp
     holder = socket.socket()
     holder.bind(("", 0))
     holder.listen()
-    subs = {"tmp": str(tmp_path), "port": str(holder.getsockname()[1])}
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "train.sh").write_text("#!/bin/sh\nexit 0\n")
+    (tmp_path / "bin" / "train.sh").chmod(0o755)
+    subs = {"tmp": str(tmp_path), "port": str(holder.getsockname()[1]),
+            "path": os.environ.get("PATH", os.defpath)}
     if "{resolver}" in expected:   # a name lookup can take seconds here: only when needed
         subs["resolver"] = resolver_error("nosuch-host.invalid")
     try:
         path = write_case(tmp_path, spec, subs)
         subs["spec"] = str(path)
-        status = run_main([str(path), *argv])
+        status = run_main([str(path), *fill(argv, subs)])
     finally:
         holder.close()
     err = capsys.readouterr().err

@@ -70,8 +70,8 @@ def write_spec(tmp_path: Path, mode: str, **overrides) -> Path:
     return path
 
 
-def rendered(tmp_path: Path, mode: str) -> tuple[dict, list[dict]]:
-    done = run_launch(str(write_spec(tmp_path, mode)), "--dry-run", "--json")
+def rendered(tmp_path: Path, mode: str, **overrides) -> tuple[dict, list[dict]]:
+    done = run_launch(str(write_spec(tmp_path, mode, **overrides)), "--dry-run", "--json")
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     return doc, [d for d in yaml.safe_load_all(doc["rendered"]) if d]
@@ -125,11 +125,15 @@ def kubelet_env(env: list[dict], fields: dict[str, str]) -> dict[str, str]:
         if "valueFrom" in item:
             out[item["name"]] = fields[item["valueFrom"]["fieldRef"]["fieldPath"]]
             continue
-        out[item["name"]] = re.sub(
-            r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
-            lambda m: "$" if m.group(0) == "$$" else out.get(m.group(1), m.group(0)),
-            item["value"])
+        out[item["name"]] = kubelet_expand(item["value"], out)
     return out
+
+
+def kubelet_expand(text: str, env: dict[str, str]) -> str:
+    """$(VAR) of ``env`` expanded, $$ reduced to $, as the kubelet does for env and command."""
+    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                  lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)),
+                  text)
 
 
 def shard_index(container: dict, env: dict[str, str]) -> str | None:
@@ -181,6 +185,39 @@ def pods(mode: str, objects: list[dict]) -> list[dict]:
                 out.append({"role": role, "index": i, "dns": f"{host}.svc", "env": env,
                             "shard": shard_index(container, env)})
     return out
+
+
+@pytest.mark.parametrize("mode", ["tfjob", "plain"])
+def test_each_pod_expands_its_own_task_variables(tmp_path, mode):
+    """$(TFCLUSTER_TASK_INDEX) in a command or an env value is the pod's own index: the
+    kubelet expands it, per pod, from the pod's env."""
+    _, objects = rendered(
+        tmp_path, mode,
+        command=["python", "t.py", "--job_name=$(TFCLUSTER_TASK_TYPE)",
+                 "--task_index=$(TFCLUSTER_TASK_INDEX)", "--ps_hosts=$(TFCLUSTER_PS_HOSTS)"],
+        env={"TASK_INDEX": "$(TFCLUSTER_TASK_INDEX)", "GREETING": "cost $$(not a var)"},
+        roles={"ps": {"command": ["python", "ps.py", "$(TFCLUSTER_TASK)"]}})
+    made = pods(mode, objects)
+    assert len(made) == 6
+    for obj in objects:
+        if obj["kind"] not in ("TFJob", "Job"):
+            continue
+        specs = ([(rt.lower(), r["template"]["spec"]) for rt, r in
+                  obj["spec"]["tfReplicaSpecs"].items()] if obj["kind"] == "TFJob" else
+                 [(obj["metadata"]["labels"]["tfcluster.io/role"],
+                   obj["spec"]["template"]["spec"])])
+        for role, pod_spec in specs:
+            container = pod_spec["containers"][0]
+            for pod in (p for p in made if p["role"] == role):
+                env = pod["env"]
+                argv = [kubelet_expand(a, env) for a in container["command"]]
+                i = pod["index"]
+                assert env["TASK_INDEX"] == str(i) and env["GREETING"] == "cost $(not a var)"
+                if role == "ps":
+                    assert argv[-1] == f"ps:{i}"
+                else:
+                    assert f"--task_index={i}" in argv and f"--job_name={role}" in argv
+                    assert f"--ps_hosts={env['TFCLUSTER_PS_HOSTS']}" in argv
 
 
 PARSE_TF221 = """
@@ -277,7 +314,8 @@ def test_launch_applies_follows_pods_stops_the_ps_and_cleans_up(tmp_path, fake_k
     exits = {t["task"]: (t["exit"], t["stopped"]) for t in summary["tasks"]}
     assert exits == {"chief:0": (0, False), "worker:0": (0, False), "ps:0": (-15, True)}
     assert "Loss for final step" in (run_dir / "logs" / "chief-0.log").read_text()
-    assert "[chief:0] INFO:tensorflow:loss = 0.69" in done.stdout
+    assert "loss = 0.69" in (run_dir / "logs" / "chief-0.log").read_text()
+    assert "[chief:0] INFO:tensorflow:Loss for final step: 0.41." in done.stdout   # streamed
 
 
 def test_a_failed_pod_fails_the_job_and_deletes_it(tmp_path, fake_kubectl):

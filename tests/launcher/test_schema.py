@@ -38,6 +38,11 @@ def test_example_specs_pass_schema_and_parser(path):
     {"cluster": {"worker": ["host:port"]}, "model_dir": "m"},
     {"cluster": {"worker": 1}, "model_dir": "m", "env": {"TF_CONFIG": "{}"}},
     {"cluster": {"worker": 1}},
+    {"cluster": {"worker": 1}, "model_dir": "m", "roles": {"workers": {"command": ["x"]}}},
+    {"cluster": {"worker": 1}, "model_dir": "m", "roles": {"worker": {"cmd": ["x"]}}},
+    {"cluster": {"worker": 1}, "model_dir": "m", "roles": {"worker": {"command": []}}},
+    {"cluster": {"worker": 1}, "model_dir": "m",
+     "roles": {"worker": {"env": {"TFCLUSTER_TASK_TYPE": "x"}}}},
 ])
 def test_schema_and_parser_both_refuse(doc):
     assert not VALIDATOR.is_valid(doc)
@@ -61,3 +66,14 @@ def test_schema_lists_each_backend_sections_keys(section):
     assert sorted(allowed) == sorted(keys(backend_class(section).OPTIONS))
     assert not VALIDATOR.is_valid({"cluster": {"worker": 1}, "model_dir": "m",
                                    section: {"no_such_option": 1}})
+
+
+def test_schema_and_parser_both_take_roles():
+    doc = {"cluster": {"worker": 1, "ps": 1}, "model_dir": "m", "command": ["python", "t.py"],
+           "roles": {"ps": {"command": ["python", "ps.py", "--job_name=$(TFCLUSTER_TASK_TYPE)"],
+                            "env": {"JOB_NAME": "$(TFCLUSTER_TASK_TYPE)"}, "workdir": "/srv"}}}
+    VALIDATOR.validate(doc)
+    spec = parse_spec(json.dumps(doc))
+    assert spec.command_for("ps") == ["python", "ps.py", "--job_name=$(TFCLUSTER_TASK_TYPE)"]
+    assert spec.command_for("worker") == ["python", "t.py"]
+    assert spec.workdir_for("ps") == "/srv" and spec.workdir_for("worker") is None

@@ -1,0 +1,311 @@
+"""The Python API: ``launcher.run(spec)`` runs a job in the calling process and returns its
+result; ``launcher.dry_run(spec)`` shows the plan. ``launch`` (launcher/cli.py) is a thin
+layer over these two. Bad input raises launcher.errors.UsageError (SpecError,
+PreflightError) with the same one-line message the CLI prints; nothing is started then.
+
+    >>> import launcher
+    >>> result = launcher.run("cluster_specs/estimator.json", max_steps=300)
+    >>> result.status, result.final_step
+    (0, 300)
+    >>> [(t["task"], t["exit"]) for t in result.tasks]
+    [('ps:0', 'stopped (SIGTERM)'), ('chief:0', '0'), ...]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from launcher.errors import SpecError, Terminated, UsageError
+
+MAX_PORT_RETRIES = 3
+
+
+@dataclass
+class RunOptions:
+    """How to run a job: what ``launch``'s options say (its argparse namespace has the same
+    names and serves as well)."""
+
+    spec: str | None = None         # the spec's path, for the run registry
+    local: bool = False
+    quiet: bool = False
+    verbose: bool = False
+    run_dir: str | None = None
+    retrain: bool = False
+    run_id: str | None = None
+    detach: bool = False
+
+
+@dataclass
+class RunResult:
+    """What ``launcher.run`` returns: the launcher's exit status (0 succeeded, 1 failed,
+    128+N interrupted by signal N), why, one row per task, where the run's files are, and
+    the step of the newest complete checkpoint."""
+
+    status: int
+    reason: str
+    run_dir: str
+    final_step: int | None = None
+    tasks: list[dict[str, Any]] = field(default_factory=list)
+    duration: float = 0.0
+    run_id: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 0
+
+
+def resolve_spec(spec, overrides: dict[str, Any] | None = None):
+    """A Spec from a path, a dict (the JSON document) or a Spec; ``overrides`` replace
+    top-level keys and are validated with the rest."""
+    from launcher.spec import Spec, load_spec, validate
+
+    overrides = dict(overrides or {})
+    if isinstance(spec, Spec):
+        if not overrides:
+            return spec
+        fields = {f.name for f in dataclasses.fields(Spec)}
+        unknown = sorted(set(overrides) - fields)
+        if unknown:
+            raise SpecError(unknown[0], "is not a field of Spec (pass the spec as a path or "
+                                        "a dict to override JSON keys)")
+        return dataclasses.replace(spec, **overrides)
+    if isinstance(spec, dict):
+        return validate({**spec, **overrides})
+    if isinstance(spec, (str, os.PathLike)):
+        return load_spec(os.fspath(spec), overrides)
+    raise UsageError(f"spec must be a path, a dict or a Spec, got {type(spec).__name__}")
+
+
+def _backend(spec, local: bool):
+    from launcher.backends import backend_class
+
+    name = "local" if local else spec.backend
+    for section, raw in spec.backend_options.items():
+        backend_class(section).validate_options(raw, section)
+    cls = backend_class(name)
+    return cls(spec, cls.validate_options(spec.backend_options.get(name), name))
+
+
+def _check_command(spec, command: list[str] | None) -> None:
+    if command is not None and (not isinstance(command, (list, tuple)) or not command
+                                or not all(isinstance(a, str) for a in command)):
+        raise UsageError("command must be a non-empty list of strings")
+    missing = [r for r in spec.role_names if not spec.command_for(r, command)]
+    if missing:
+        where = "command" if len(missing) == len(spec.role_names) else \
+            f"roles.{missing[0]}.command"
+        raise SpecError(where, "no command to run: set \"command\" in the spec or give it "
+                               "after --", spec.source)
+
+
+def prepare(spec, command: list[str] | None = None, *, local: bool = False,
+            overrides: dict[str, Any] | None = None):
+    """(Spec, backend) for a spec given as path, dict or Spec; bad input raises here."""
+    spec = resolve_spec(spec, overrides)
+    backend = _backend(spec, local)
+    _check_command(spec, command)
+    return spec, backend
+
+
+def dry_run(spec, command: list[str] | None = None, *, local: bool = False,
+            as_json: bool = False, **overrides) -> str:
+    """Every task's address, TF_CONFIG, environment and expanded command; starts nothing."""
+    spec, backend = prepare(spec, command, local=local, overrides=overrides)
+    return render_dry_run(make_plan(spec, backend, command), backend, as_json=as_json)
+
+
+def run(spec, command: list[str] | None = None, *, local: bool = False, quiet: bool = False,
+        run_dir: str | None = None, verbose: bool = False, retrain: bool = False,
+        console=None, **overrides) -> RunResult:
+    """Run the job in this process until it ends; see the module docstring."""
+    prepared, backend = prepare(spec, command, local=local, overrides=overrides)
+    path = os.fspath(spec) if isinstance(spec, (str, os.PathLike)) else None
+    options = RunOptions(spec=path, local=local, quiet=quiet, verbose=verbose,
+                         run_dir=run_dir, retrain=retrain)
+    return start(prepared, backend, command, options, console)
+
+
+def start(spec, backend, command: list[str] | None, options, console=None) -> RunResult:
+    """The checks of the environment, the backend's resources, the plan, then the run."""
+    from launcher.environment import check_fsspec_driver, check_run_dir
+    from launcher.runs import runs_root
+
+    command = list(command) if command is not None else None
+    check_fsspec_driver(spec.model_dir)
+    check_run_dir(options.run_dir or spec.run_dir or runs_root())
+    backend.prepare()
+    try:
+        plan = make_plan(spec, backend, command, run_id=options.run_id)
+    except BaseException:
+        backend.close()
+        raise
+    return execute(spec, backend, plan, command, options, console=console)
+
+
+def make_plan(spec, backend, command, run_id: str | None = None):
+    from launcher.plan import build_plan
+
+    return build_plan(spec, port_for=backend.allocate_port, host_for=backend.host_for,
+                      command=command, run_id=run_id, backend=backend.name,
+                      base_env={"TFCLUSTER_RESTART_COUNT": str(backend.attempt())})
+
+
+def public_plan(plan) -> dict[str, Any]:
+    """The plan as plain data, secrets in the tasks' environments masked: what --dry-run
+    prints and plan.json keeps."""
+    from launcher.redact import redact_env
+
+    doc = plan.to_dict()
+    for task in doc["tasks"]:
+        task["env"] = redact_env(task["env"])
+    return doc
+
+
+def render_dry_run(plan, backend, as_json: bool = False, extra: str | None = None) -> str:
+    doc = public_plan(plan)
+    tasks = doc["tasks"]
+    extra = backend.describe(plan) if extra is None else extra
+    if as_json:
+        doc["backend"] = backend.name
+        if extra is not None:
+            doc["rendered"] = extra
+        return json.dumps(doc, indent=2)
+    lines = [f"# job {plan.name}  run {plan.run_id}  backend {backend.name}  "
+             f"max_steps {plan.max_steps if plan.max_steps is not None else '(not set)'}",
+             f"# model_dir {plan.model_dir}"]
+    marked = backend.ports_picked_at_start and any(t["auto_port"] for t in tasks)
+    if marked:
+        lines.append("# ports marked 'auto' were picked now and are picked again at start: "
+                     "give host:port in the spec to fix them")
+    for t in tasks:
+        auto = "  (auto)" if marked and t["auto_port"] else ""
+        lines.append(f"{t['type']}:{t['index']}  {t['host']}:{t['port']}{auto}")
+        for key, value in t["env"].items():
+            lines.append(f"  {key}={shlex.quote(value)}")
+        lines.append(f"  command: {shlex.join(t['command'])}")
+        if t["cwd"]:
+            lines.append(f"  cwd: {t['cwd']}")
+    if extra:
+        lines += ["", extra]
+    return "\n".join(lines)
+
+
+def default_run_dir(spec, run_id: str) -> str:
+    from launcher.runs import runs_root
+
+    return os.path.join(spec.run_dir or runs_root(), run_id)
+
+
+def task_rows(runs) -> list[dict[str, Any]]:
+    """One row per task, as summary.json keeps them (and ``status``, the exit in words)."""
+    return [{"task": r.name, "address": r.task.address, "exit": r.status,
+             "status": r.status_text(), "stopped": r.stopped, "restarts": r.restarts,
+             "duration": round(r.duration(), 3), "log": r.log_path} for r in runs]
+
+
+def execute(spec, backend, plan, command, args, on_running=None, console=None) -> RunResult:
+    """Run the job attached; its state goes into the run registry (launcher/runs.py);
+    ``on_running(state)`` is called once every task started. ``args``: RunOptions, or
+    launch's argparse namespace."""
+    from launcher.output.console import make_console
+    from launcher.runs import RunLog, open_state
+
+    run_dir = args.run_dir or default_run_dir(spec, plan.run_id)
+    os.makedirs(run_dir, exist_ok=True)
+    state = open_state(run_dir, plan, backend, args)
+    state.on_running = on_running
+    console = console or make_console(quiet=args.quiet, verbose=getattr(args, "verbose", False))
+    try:
+        result = _execute(spec, backend, plan, command, args, run_dir,
+                          RunLog(os.path.join(run_dir, "events.jsonl"), state), state, console)
+    except BaseException as e:
+        status, reason = exit_of(e)
+        state.finish(status, reason, None, requeued=status > 128 and backend.requeued())
+        raise
+    summary = {"status": result.status, "reason": result.reason, "duration": result.duration,
+               "tasks": [{k: v for k, v in r.items() if k != "status"} for r in result.tasks]}
+    state.finish(result.status, result.reason, summary if result.tasks else None,
+                 requeued=result.status > 128 and backend.requeued())
+    return result
+
+
+def exit_of(e: BaseException) -> tuple[int, str]:
+    """The exit status and reason of a run that ended by this exception."""
+    import signal
+
+    if isinstance(e, UsageError):
+        return e.exit_status, str(e)
+    if isinstance(e, KeyboardInterrupt):
+        return 130, "interrupted by SIGINT"
+    if isinstance(e, Terminated):
+        return 128 + e.args[0], f"interrupted by {signal.Signals(e.args[0]).name}"
+    return 1, f"launcher error: {e!r}"
+
+
+def _execute(spec, backend, plan, command, args, run_dir, events, state,
+             console) -> RunResult:
+    """Preflight, run (new ports and again when a task lost its port to a race), then the
+    closing summary; the backend is closed whatever happens."""
+    from launcher.job import Job, PortConflict
+    from launcher.output.summary import summary_table
+
+    try:
+        backend.preflight(plan)
+        from launcher.storage_check import preflight_model_dir
+        if preflight_model_dir(plan, backend, args.retrain, console, events):
+            return RunResult(0, "model_dir already holds a checkpoint at max_steps", run_dir,
+                             run_id=plan.run_id)
+        write_plan(run_dir, plan)
+        for attempt in range(MAX_PORT_RETRIES + 1):
+            job = Job(plan, backend, run_dir, console, events=events)
+            state.attach(job)
+            try:
+                result = job.run()
+                break
+            except PortConflict as e:
+                if attempt == MAX_PORT_RETRIES:
+                    raise
+                console.info(f"{e}; picking new ports and starting again")
+                events.write("port_conflict", message=str(e))
+                plan = make_plan(spec, backend, command, run_id=plan.run_id)
+                write_plan(run_dir, plan)
+    finally:
+        console.close()
+        backend.close()
+    table = summary_table(result.runs)
+    verdict = "succeeded" if result.status == 0 else f"FAILED (exit status {result.status})"
+    console.info(f"job {verdict} after {result.duration:.1f}s: {result.reason}\n{table}")
+    from launcher.output.metrics_table import metrics_table
+    metrics = metrics_table(plan.storage)
+    if metrics:
+        console.info(f"metrics of each checkpoint, evaluated afresh:\n{metrics}")
+    if console.hidden:
+        console.info(f"{console.hidden} lines of TensorFlow's routine output (deprecation "
+                     "notices, banners, INFO) are only in the task logs; --verbose shows them")
+    rows = task_rows(result.runs)
+    with open(os.path.join(run_dir, "summary.json"), "w", encoding="utf-8") as f:
+        json.dump({"status": result.status, "reason": result.reason,
+                   "duration": round(result.duration, 3),
+                   "tasks": [{k: v for k, v in r.items() if k != "status"} for r in rows]},
+                  f, indent=2)
+    return RunResult(result.status, result.reason, run_dir, _final_step(job.monitors), rows,
+                     round(result.duration, 3), plan.run_id)
+
+
+def _final_step(monitors: list) -> int | None:
+    for monitor in monitors:
+        coordinator = getattr(monitor, "coordinator", None)
+        if coordinator is not None:
+            p = coordinator.progress()
+            return p.step if p.step is not None else p.latest_step
+    return None
+
+
+def write_plan(run_dir: str, plan) -> None:
+    with open(os.path.join(run_dir, "plan.json"), "w", encoding="utf-8") as f:
+        json.dump(public_plan(plan), f, indent=2)

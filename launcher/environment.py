@@ -1,0 +1,138 @@
+"""Mistakes made outside the spec, found before anything starts: a program that is not
+there, a working directory that is missing, a model_dir whose fsspec driver is not
+installed, a run directory that cannot be created. Each raises PreflightError with one
+line naming the problem (exit status 2)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import tempfile
+
+from launcher.errors import PreflightError
+from launcher.remote_bootstrap import program_problem, shown
+
+# protocol: (a module its driver needs, what to install when that module is missing)
+_S3 = ("s3fs", "pip install 'tfcluster[s3]' (s3fs)")
+_ADL = ("adlfs", "pip install adlfs")
+_HTTP = ("aiohttp", "pip install aiohttp requests")
+DRIVERS = {
+    "s3": _S3, "s3a": _S3, "gs": ("gcsfs", "pip install gcsfs"),
+    "gcs": ("gcsfs", "pip install gcsfs"),
+    "sftp": ("paramiko", "pip install 'tfcluster[sftp]' (paramiko)"),
+    "ssh": ("paramiko", "pip install 'tfcluster[sftp]' (paramiko)"),
+    "az": _ADL, "abfs": _ADL, "abfss": _ADL, "adl": _ADL,
+    "hdfs": ("pyarrow", "pip install pyarrow (and Hadoop's Java libraries)"),
+    "webhdfs": ("requests", "pip install requests"), "http": _HTTP, "https": _HTTP,
+    "hf": ("huggingface_hub", "pip install huggingface_hub"), "oci": ("ocifs", "pip install ocifs"),
+}
+
+
+def check_fsspec_driver(model_dir: str) -> None:
+    """Every protocol of ``model_dir`` (``s3://``, ``simplecache::gs://``) is known to fsspec
+    and its driver imports here: the launcher watches model_dir through it. A plain path
+    needs no fsspec (it is not imported then)."""
+    if "://" not in model_dir and "::" not in model_dir:
+        return
+    import fsspec
+    from fsspec.core import split_protocol
+
+    for part in model_dir.split("::"):
+        protocol, _ = split_protocol(part)
+        if protocol is None or protocol == "file":
+            continue
+        module, fix = DRIVERS.get(protocol, (None, None))
+        try:
+            fsspec.get_filesystem_class(protocol)
+            if module is not None and importlib.util.find_spec(module) is None:
+                raise ImportError(module)
+        except ValueError:
+            raise PreflightError(f"model_dir {model_dir}: unknown protocol {protocol}:// "
+                                 "(fsspec has no driver of that name)") from None
+        except ImportError as e:
+            raise PreflightError(f"model_dir {model_dir}: the fsspec driver for {protocol}:// "
+                                 "is not installed for the launcher: "
+                                 f"{fix or f'install what fsspec asks for ({e})'}") from None
+
+
+def check_run_dir(path: str) -> None:
+    """``path`` exists as a writable directory or can be created (nothing is created)."""
+    parent = os.path.abspath(path)
+    while not os.path.lexists(parent):
+        parent = os.path.dirname(parent)
+    if parent == os.path.abspath(path) and not os.path.isdir(parent):
+        raise PreflightError(f"run_dir {path}: cannot create it (a file of that name exists)")
+    if not os.path.isdir(parent):
+        raise PreflightError(f"run_dir {path}: cannot create it ({parent} is not a directory)")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".tfcluster-", dir=parent))
+    except OSError as e:
+        raise PreflightError(f"run_dir {path}: cannot create it in {parent} "
+                             f"({e.strerror or e})") from None
+
+
+def check_local_programs(tasks) -> None:
+    """Each task's working directory exists and its program can be started here, with the
+    task's PATH. Tasks with the same problem are named together."""
+    problems: dict[str, list[str]] = {}
+    for task in tasks:
+        if task.cwd and not os.path.isdir(task.cwd):
+            problem = f"working directory {shown(task.cwd)} does not exist"
+        else:
+            path = task.env.get("PATH") or os.environ.get("PATH", os.defpath)
+            problem = program_problem(task.command[0], task.cwd, path)
+        if problem:
+            problems.setdefault(problem, []).append(task.name)
+    if problems:
+        problem, names = next(iter(problems.items()))
+        raise PreflightError(f"{', '.join(names)}: {problem}")
+
+
+def check_programs_by_probe(plan, backend) -> None:
+    """As check_local_programs, where the tasks run: one probe per host (``backend.probe``,
+    with the first task's Python, environment and directory) runs the remote bootstrap's
+    check of every task's working directory and program there."""
+    import dataclasses
+    import json
+    from concurrent.futures import ThreadPoolExecutor
+    from pathlib import Path
+
+    from launcher import remote_bootstrap
+    from launcher.storage_check import probe_python
+
+    source = Path(remote_bootstrap.__file__).read_text(encoding="utf-8")
+
+    hosts: dict[str, list] = {}
+    for task in plan.tasks:
+        hosts.setdefault(task.host, []).append(task)
+    code = ("import json, sys\nns = {'__name__': 'tfcluster_check'}\n"
+            f"exec({source!r}, ns)\nns['check']('', json.loads(sys.argv[1]))\n")
+    timeout = plan.timeouts.get("start", 60.0)
+
+    def run(tasks) -> list[str]:
+        items = [{"task": t.name, "program": t.command[0], "cwd": t.cwd,
+                  "path": t.env.get("PATH"), "port": None} for t in tasks]
+        python = probe_python(tasks[0].command)
+        where = dataclasses.replace(tasks[0], cwd=None)     # the check looks at each cwd
+        result = backend.probe(where, [python, "-c", code, json.dumps(items)], timeout)
+        for line in reversed(result.output.strip().splitlines()):
+            if line.startswith("{"):
+                try:
+                    return list(json.loads(line)["problems"])
+                except (ValueError, KeyError):
+                    break
+        detail = result.output.strip().splitlines()[-1:] or ["no output"]
+        return [f"{', '.join(t.name for t in tasks)}: {python} cannot run on host "
+                f"{tasks[0].host} (exit status {result.returncode}): {shown(detail[0])}; "
+                "Python 3 is needed there to check and start the tasks"]
+
+    try:
+        with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
+            found = [p for problems in pool.map(run, hosts.values()) for p in problems]
+    except NotImplementedError:
+        return
+    if len(found) == 1:
+        raise PreflightError(found[0])
+    if found:
+        raise PreflightError(f"{len(found)} tasks cannot start; nothing was started:\n"
+                             + "\n".join(f"  {p}" for p in found))

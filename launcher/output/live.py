@@ -1,0 +1,113 @@
+"""The live view on a terminal: task output scrolls while a status block stays at the
+bottom (a progress bar with step/max_steps, rate, ETA; the latest evaluation; tasks up,
+restarting, lost). Drawn with rich, imported only here, and this module only when the
+console is a terminal (``launch --help`` never loads it)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import IO, Any
+
+from launcher.output.console import Console
+from launcher.output.progress import _duration, eval_text, rate_words
+
+REFRESH_PER_SECOND = 4
+
+
+class LiveConsole(Console):
+    def __init__(self, verbose: bool = False, file: IO[str] | None = None):
+        from rich.console import Console as RichConsole
+        from rich.live import Live
+
+        super().__init__(verbose=verbose)
+        self._progress: Any = None
+        self._tasks: list = []
+        self._restarts = 0
+        self._began = time.monotonic()
+        self._drawing = False
+        self._closed = False
+        self.rich = RichConsole(file=file or sys.stderr, highlight=False, soft_wrap=True)
+        self.live = Live(get_renderable=self._render, console=self.rich,
+                         refresh_per_second=REFRESH_PER_SECOND, transient=False,
+                         redirect_stdout=True, redirect_stderr=True)
+
+    def _draw(self) -> None:
+        if not self._drawing and not self._closed:
+            self._drawing = True
+            self.live.start()
+
+    def task_line(self, name: str, line: str) -> None:
+        from rich.text import Text
+
+        shown = self.shows(name, line)
+        if shown is None:
+            return
+        self._draw()
+        text = Text(f"[{name}] ", style="cyan")
+        text.append_text(Text.from_ansi(shown))
+        self.rich.print(text)
+
+    def info(self, message: str) -> None:
+        from rich.text import Text
+
+        self._draw()
+        text = Text("tfcluster: ", style="bold")
+        text.append(message)
+        self.rich.print(text)
+
+    def progress_line(self, line: str) -> None:
+        """Drawn as the status block instead."""
+
+    def progress(self, progress: Any, tasks: list, restarts: int) -> None:
+        self._progress, self._tasks, self._restarts = progress, list(tasks), restarts
+        self._draw()
+
+    def close(self) -> None:
+        self._closed = True
+        if self._drawing:
+            self.live.refresh()
+            self.live.stop()
+            self._drawing = False
+
+    def _render(self):
+        from rich.progress_bar import ProgressBar
+        from rich.table import Table
+        from rich.text import Text
+
+        p = self._progress
+        step = p.latest_step if p is not None else None
+        total = p.max_steps if p is not None else None
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(no_wrap=True)
+        grid.add_column()
+        bar = ProgressBar(total=float(total) if total else None,
+                          completed=float(min(step or 0, total or 0)), width=32)
+        grid.add_row(bar, Text(status_words(p, step, total)))
+        if p is not None and p.latest_eval:
+            grid.add_row(Text(""), Text(eval_text(p.latest_eval), style="green"))
+        grid.add_row(Text(""), Text(task_words(self._tasks, self._restarts,
+                                               time.monotonic() - self._began), style="dim"))
+        return grid
+
+
+def status_words(p: Any, step: int | None, total: int | None) -> str:
+    """'step 120/602 (19%) · 66.2 steps/s · ETA 7s'."""
+    if step is None:
+        return "waiting for the first checkpoint" if p is None or p.checkpoint is None else \
+            f"checkpoint {p.checkpoint.name}"
+    words = [f"step {step}/{total} ({100 * min(step, total) // total}%)" if total
+             else f"step {step}", *rate_words(p, time.monotonic())]
+    return " · ".join(words)
+
+
+def task_words(tasks: list, restarts: int, elapsed: float) -> str:
+    """'tasks: 4 up, 1 done, 0 restarting, 0 lost · 2 restarts · 12s'."""
+    up = sum(1 for t in tasks if t.alive and not t.restarting)
+    restarting = sum(1 for t in tasks if t.restarting)
+    done = sum(1 for t in tasks if not t.alive and t.exit_status == "0")
+    lost = sum(1 for t in tasks if not t.alive and not t.stopped and t.exit_status != "0")
+    words = f"tasks: {up} up, {done} done, {restarting} restarting, {lost} lost"
+    if restarts:
+        words += f" · {restarts} restart{'s' if restarts > 1 else ''}"
+    return f"{words} · {_duration(elapsed)}"

@@ -1,0 +1,68 @@
+"""Environment checks that the corpus cannot reach through the local backend's shortcuts."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from launcher.backends.local import LocalBackend
+from launcher.errors import PreflightError
+from launcher.plan import build_plan
+from launcher.spec import parse_spec
+from launcher.storage_check import check_shared_storage
+
+
+class ProbingLocal(LocalBackend):
+    """The local backend, probing every task as a remote backend must."""
+
+    local_processes = False
+
+
+def test_a_missing_interpreter_is_named_not_model_dir(tmp_path):
+    spec = parse_spec(json.dumps({"cluster": {"chief": 1}, "command": ["python3.99", "t.py"],
+                                  "model_dir": str(tmp_path / "model"), "max_steps": 1}))
+    backend = ProbingLocal(spec)
+    plan = build_plan(spec, port_for=backend.allocate_port, host_for=backend.host_for)
+    with pytest.raises(PreflightError) as e:
+        check_shared_storage(plan, backend)
+    assert str(e.value).splitlines()[1] == (
+        "  chief:0 on host localhost (?): the storage check could not run python3.99 there "
+        "(exit status 127): [Errno 2] No such file or directory: 'python3.99'")
+    assert "cannot write model_dir" not in str(e.value)
+    assert not (tmp_path / "model").exists()
+
+
+def probed_plan(tmp_path, command, **extra):
+    spec = parse_spec(json.dumps({"cluster": {"chief": 1, "worker": 1}, "command": command,
+                                  "model_dir": str(tmp_path / "model"), **extra}))
+    backend = ProbingLocal(spec)
+    return build_plan(spec, port_for=backend.allocate_port, host_for=backend.host_for), backend
+
+
+@pytest.mark.parametrize("command, extra, message", [
+    (["no-such-trainer"], {}, "chief:0: program no-such-trainer not found on PATH ("),
+    ([sys.executable, "-c", "pass"], {"workdir": "/no/such/dir"},
+     "chief:0: working directory /no/such/dir does not exist"),
+    (["python3.99", "t.py"], {},
+     "chief:0, worker:0: python3.99 cannot run on host localhost (exit status 127): [Errno 2] "
+     "No such file or directory: 'python3.99'; Python 3 is needed there to check and start "
+     "the tasks"),
+])
+def test_programs_are_checked_where_the_tasks_run(tmp_path, command, extra, message):
+    """What the Slurm backend runs on each node before any task starts, here through the
+    local backend's probe."""
+    from launcher.environment import check_programs_by_probe
+
+    plan, backend = probed_plan(tmp_path, command, **extra)
+    with pytest.raises(PreflightError) as e:
+        check_programs_by_probe(plan, backend)
+    assert message in str(e.value)
+
+
+def test_programs_that_are_there_pass_the_probe(tmp_path):
+    from launcher.environment import check_programs_by_probe
+
+    plan, backend = probed_plan(tmp_path, [sys.executable, "-c", "pass"])
+    check_programs_by_probe(plan, backend)
