@@ -83,14 +83,16 @@ def test_frozen_worker_under_policy_never_fails_the_job_naming_it(tmp_path):
 
 
 def test_a_ps_that_never_answers_fails_the_job_naming_it(tmp_path):
-    doc = {"name": "mute-ps", "cluster": {"chief": 1, "worker": 1, "ps": 1},
-           "command": [sys.executable, "-c", "import time; time.sleep(600)"],
-           "model_dir": str(tmp_path / "model"), "run_dir": str(tmp_path / "runs"),
-           "max_steps": 10, "timeouts": {"start": 3, "kill": 1}}
-    done = run_launch(str(write_spec(tmp_path, doc)), timeout=60)
+    # real TF trainers, and a ps whose command runs no TensorFlow server (it sleeps): the
+    # trainers would wait for it for ever ("CreateSession still waiting")
+    doc = job_spec("estimator", tmp_path, MAX_STEPS, SAVE_STEPS)
+    doc["roles"] = {"ps": {"command": [sys.executable, "-c", "import time; time.sleep(600)"]}}
+    doc["timeouts"].update(start=8, kill=2)
+    done = run_launch(str(write_spec(tmp_path, doc)), timeout=120)
     assert done.returncode == 1, done.stderr
     assert re.search(r"job FAILED \(exit status 1\) after [\d.]+s: ps:0 \(localhost:\d+\) did "
-                     r"not answer TensorFlow's gRPC within timeouts.start = 3 s \(last probe: "
+                     r"not answer TensorFlow's gRPC within timeouts.start = 8 s \(last probe: "
                      r"UNAVAILABLE\); the trainers cannot train without it", done.stderr), \
         done.stderr
-    assert "chief:0   localhost" in done.stderr and "stopped (SIGTERM)" in done.stderr
+    stopped = {e["task"] for e in events(tmp_path) if e["event"] == "task_exited"}
+    assert stopped == {"ps:0", "chief:0", "worker:0"}
