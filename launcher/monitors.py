@@ -85,8 +85,9 @@ class CoordinatorMonitor:
             self._restarts = restarts
             self.coordinator.note_restart()
         p = self.coordinator.progress()
-        self.console.progress(p, tasks, self._restarts)
-        self._maybe_print(p, now)
+        silent = self.not_answering() if self.not_answering else []
+        self.console.progress(p, tasks, self._restarts, silent)
+        self._maybe_print(p, now, silent)
         decision = self.coordinator.judge(tasks)
         if decision is None:
             return None
@@ -97,11 +98,10 @@ class CoordinatorMonitor:
                               checkpoint=p.checkpoint.name if p.checkpoint else None)
         return decision
 
-    def _maybe_print(self, p: Progress, now: float) -> None:
+    def _maybe_print(self, p: Progress, now: float, silent: list[str]) -> None:
         last, at = self._last_line
         if now - at < self.progress_every:
             return
-        silent = self.not_answering() if self.not_answering else []
         line = progress_line(p, now - (self._started or now), self._restarts, now, silent)
         if line != last or now - at >= PROGRESS_QUIET:
             self.console.progress_line(line)

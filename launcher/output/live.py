@@ -24,6 +24,7 @@ class LiveConsole(Console):
         self._progress: Any = None
         self._tasks: list = []
         self._restarts = 0
+        self._silent: list[str] = []
         self._began = time.monotonic()
         self._drawing = False
         self._closed = False
@@ -59,8 +60,10 @@ class LiveConsole(Console):
     def progress_line(self, line: str) -> None:
         """Drawn as the status block instead."""
 
-    def progress(self, progress: Any, tasks: list, restarts: int) -> None:
+    def progress(self, progress: Any, tasks: list, restarts: int, silent: list | None = None
+                 ) -> None:
         self._progress, self._tasks, self._restarts = progress, list(tasks), restarts
+        self._silent = list(silent or [])
         self._draw()
 
     def close(self) -> None:
@@ -83,7 +86,10 @@ class LiveConsole(Console):
         grid.add_column()
         bar = ProgressBar(total=float(total) if total else None,
                           completed=float(min(step or 0, total or 0)), width=32)
-        grid.add_row(bar, Text(status_words(p, step, total)))
+        words = status_words(p, step, total)
+        if self._silent:
+            words += f" · {', '.join(self._silent)} not answering"
+        grid.add_row(bar, Text(words))
         if p is not None and p.latest_eval:
             grid.add_row(Text(""), Text(eval_text(p.latest_eval), style="green"))
         grid.add_row(Text(""), Text(task_words(self._tasks, self._restarts,

@@ -45,3 +45,14 @@ def test_the_rate_needs_several_polls(tmp_path):
     assert rates[:5] == [None] * 5           # 0..4 s of observations: no rate yet
     assert rates[5:] == [100.0, 100.0, 100.0]
     assert coord.progress().step_at == 7.0   # when the newest step was first seen
+
+
+def test_the_live_view_says_it_too():
+    import time
+
+    from launcher.output.live import status_words
+
+    p = Progress(max_steps=600, events_step=150, steps_per_sec=12.5, eta_secs=36,
+                 step_at=time.monotonic() - 45)
+    assert status_words(p, p.latest_step, p.max_steps) == \
+        "step 150/600 (25%) · no new step for 45s"
