@@ -10,7 +10,9 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 
 if [[ ${SETUP_APT:-1} == 1 && $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
   need=()
-  for pkg in openssh-server openssh-client slurm-wlm munge iproute2 procps psmisc; do
+  # docker.io, docker-compose, debootstrap: the Docker test bed (tests/infra/docker_engine.py)
+  for pkg in openssh-server openssh-client slurm-wlm munge iproute2 procps psmisc \
+             docker.io docker-compose debootstrap; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
   done
   if ((${#need[@]})); then

@@ -15,6 +15,7 @@ _REGISTRY: dict[str, str | type[Backend]] = {
     "ssh": "launcher.backends.ssh",
     "slurm": "launcher.backends.slurm",
     "kubernetes": "launcher.backends.kubernetes",
+    "docker": "launcher.backends.docker",
 }
 
 

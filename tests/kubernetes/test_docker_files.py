@@ -1,6 +1,6 @@
 """docker/: the compose file against the Compose Specification schema and the launcher's own
-plan, and the Dockerfile against the repository. No Docker engine runs here: nothing is
-built or started (docs/docker.md)."""
+plan, and the Dockerfile against the repository, without an engine. The image is built and
+run, and the compose file run, on a real engine in tests/docker/ (docs/docker.md)."""
 
 from __future__ import annotations
 
