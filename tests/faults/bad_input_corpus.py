@@ -153,7 +153,7 @@ CASES: list[tuple[str, object, list[str], str]] = [
     ("bad-name", {"name": "my job"}, [],
      E + "name: 'my job' must be letters, digits, '_', '.', '-' (at most 63)"),
     ("unknown-backend", {"backend": "yarn"}, [],
-     E + "backend: unknown backend 'yarn' (allowed: local, ssh, slurm, kubernetes)"),
+     E + "backend: unknown backend 'yarn' (allowed: local, ssh, slurm, kubernetes, docker)"),
     ("env-tf-config", {"env": {"TF_CONFIG": "{}"}}, [],
      E + "env.TF_CONFIG: is set by tfcluster for every task; do not set it"),
     ("env-not-string", {"env": {"BATCH": 64}}, [],
