@@ -46,12 +46,14 @@ class CoordinatorMonitor:
 
     def __init__(self, coordinator: Coordinator, console: Console, events: EventLog,
                  progress_every: float = PROGRESS_EVERY,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic,
+                 not_answering: Callable[[], list[str]] | None = None):
         self.coordinator = coordinator
         self.console = console
         self.events = events
         self.progress_every = progress_every
         self.clock = clock
+        self.not_answering = not_answering    # tasks silent on gRPC (launcher/liveness.py)
         self._started: float | None = None
         self._last_line = ("", 0.0)
         self._decided: tuple[str, str] | None = None
@@ -83,8 +85,9 @@ class CoordinatorMonitor:
             self._restarts = restarts
             self.coordinator.note_restart()
         p = self.coordinator.progress()
-        self.console.progress(p, tasks, self._restarts)
-        self._maybe_print(p, now)
+        silent = self.not_answering() if self.not_answering else []
+        self.console.progress(p, tasks, self._restarts, silent)
+        self._maybe_print(p, now, silent)
         decision = self.coordinator.judge(tasks)
         if decision is None:
             return None
@@ -95,11 +98,11 @@ class CoordinatorMonitor:
                               checkpoint=p.checkpoint.name if p.checkpoint else None)
         return decision
 
-    def _maybe_print(self, p: Progress, now: float) -> None:
+    def _maybe_print(self, p: Progress, now: float, silent: list[str]) -> None:
         last, at = self._last_line
         if now - at < self.progress_every:
             return
-        line = progress_line(p, now - (self._started or now), self._restarts)
+        line = progress_line(p, now - (self._started or now), self._restarts, now, silent)
         if line != last or now - at >= PROGRESS_QUIET:
             self.console.progress_line(line)
             self._last_line = (line, now)
