@@ -6,8 +6,19 @@ and check every run ends well. Run by hand (minutes per run on 2 cores):
 Jobs: tests/faults/jobs/estimator_job.py (Estimator, TF 2.15: chief, worker, ps, evaluator)
 and tests/faults/jobs/pss_job.py (ParameterServerStrategy, TF 2.21: chief, worker, ps).
 Targets, in turn: worker, ps, chief, evaluator (Estimator only), the launcher itself (then
-the same spec is launched again and must go on from the newest checkpoint), and a ps killed
-twice under ``max_restarts: 1`` (the run must fail clearly: restart budget spent).
+the same spec is launched again and must go on from the newest checkpoint), a ps killed
+twice under ``max_restarts: 1`` (the run must fail clearly: restart budget spent), and
+SIGSTOP of a ps, a worker and the chief (``stop-ps:0``...: alive but silent; the launcher
+must name it after ``timeouts.unresponsive``, kill it and restart per policy). For a frozen
+task the row also gives the detection time: from the SIGSTOP to the launcher's line
+"... has not answered TensorFlow's gRPC for N s".
+
+With ``--ssh`` (root; tests/infra/netns_hosts.py), the campaign runs instead the network
+partition of an ssh host: an Estimator job across three hosts (ps on h1, chief on h2,
+worker on h3), the link of the target's host brought down mid-training, and up again
+``--cut`` seconds later (``partition-ps:0``, ``partition-worker:0``). Rows give the time to
+detection (the ``task_unresponsive`` event), what the job did, and the seconds until
+nothing was left on any host once the link was back and `launch` had ended.
 
 A run survived when: the launcher exited 0, the newest complete checkpoint is readable by
 TensorFlow and at or past max_steps, each kill cost at most one checkpoint interval (plus
@@ -33,7 +44,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "faults")
 from harness import (  # noqa: E402
     PY_TF215,
     PY_TF221,
+    Kill,
     LaunchRun,
+    detected_in,
     job_spec,
     lost_steps,
     newest_checkpoint,
@@ -43,16 +56,22 @@ from harness import (  # noqa: E402
 )
 
 MAX_STEPS, SAVE_STEPS, SLACK = 600, 100, 10
+UNRESPONSIVE = 10
+FROZEN = ["stop-ps:0", "stop-worker:0", "stop-chief:0"]
 SCENARIOS = {
-    "estimator": ["worker:0", "ps:0", "chief:0", "evaluator:0", "launcher", "ps-budget"],
-    "pss": ["worker:0", "ps:0", "chief:0", "launcher", "ps-budget"],
+    "estimator": ["worker:0", "ps:0", "chief:0", "evaluator:0", "launcher", "ps-budget",
+                  *FROZEN],
+    "pss": ["worker:0", "ps:0", "chief:0", "launcher", "ps-budget", *FROZEN],
 }
+PARTITIONS = ["partition-ps:0", "partition-worker:0"]
+HOST_OF = {"ps:0": 0, "chief:0": 1, "worker:0": 2}      # h1, h2, h3
 
 
 def one_run(kind: str, scenario: str, rng: random.Random, workdir: Path) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix=f"{kind}-", dir=workdir))
     doc = job_spec(kind, tmp, MAX_STEPS, SAVE_STEPS, evaluator=kind == "estimator")
     doc["timeouts"]["finish"] = 5
+    doc["timeouts"]["unresponsive"] = UNRESPONSIVE
     if scenario == "ps-budget":
         doc["restart"]["ps"] = {"policy": "on-failure", "max_restarts": 1, "backoff": 0.5}
         plan = [("ps:0", rng.randint(100, 250)), ("ps:0", rng.randint(300, 450))]
@@ -68,7 +87,10 @@ def one_run(kind: str, scenario: str, rng: random.Random, workdir: Path) -> dict
             problems.append(f"never reached step {step} before killing {target}")
             break
         try:
-            runs[-1].kill(target)
+            if target.startswith("stop-"):
+                runs[-1].freeze(target[len("stop-"):])
+            else:
+                runs[-1].kill(target)
         except LookupError as e:
             problems.append(str(e))
             break
@@ -86,6 +108,9 @@ def one_run(kind: str, scenario: str, rng: random.Random, workdir: Path) -> dict
     if runs[-1].leftovers(timeout=15):
         problems.append("processes left behind")
     kills = [k for r in runs for k in r.kills]
+    detected = [runs[-1].detected(k) for k in kills if k.how == "SIGSTOP"]
+    if any(d is None for d in detected):
+        problems.append("a frozen task was never named as not answering")
     name, step, error = newest_checkpoint(tmp / "model", python)
     reason = summary_reason(runs[-1])
     resumed = [resumed_after(runs, k) for k in kills]
@@ -112,11 +137,77 @@ def one_run(kind: str, scenario: str, rng: random.Random, workdir: Path) -> dict
         problems.append(f"final checkpoint {name} at step {step} < {MAX_STEPS}")
         outcome = "BAD"
     return {"kind": kind, "scenario": scenario,
-            "kills": [f"{k.target}@{k.step_before}" for k in kills], "outcome": outcome,
+            "kills": [label(k) for k in kills], "outcome": outcome,
             "status": status, "final_checkpoint": name, "final_step": step,
             "resumed_s": [None if r is None else round(r, 1) for r in resumed],
             "lost_steps": lost, "teardown_s": None if teardown is None else round(teardown, 1),
+            "detected_s": [None if d is None else round(d, 1) for d in detected],
             "duration_s": round(time.monotonic() - started, 1), "problems": problems}
+
+
+def label(kill: Kill) -> str:
+    how = {"SIGKILL": "", "SIGSTOP": "stop-", "partition": "partition-"}[kill.how]
+    return f"{how}{kill.target}@{kill.step_before}"
+
+
+def partition_run(scenario: str, rng: random.Random, bed, workdir: Path, cut: float) -> dict:
+    """One Estimator job across the netns hosts; the target's host is cut off mid-training
+    for ``cut`` seconds. The default policies apply (a lost ps restarts the cluster)."""
+    import subprocess
+
+    target = scenario[len("partition-"):]
+    host = bed.hosts[HOST_OF[target]]
+    tmp = Path(tempfile.mkdtemp(prefix="partition-", dir=workdir))
+    doc = job_spec("estimator", tmp, MAX_STEPS, SAVE_STEPS)
+    addr = [h.address for h in bed.hosts]
+    doc.update(backend="ssh", cluster={"chief": [addr[1]], "worker": [addr[2]],
+                                       "ps": [addr[0]]},
+               workdir=str(Path(__file__).resolve().parents[1]), ssh=bed.ssh_section(),
+               command=[PY_TF215, "tests/faults/jobs/estimator_job.py"])
+    doc["timeouts"].update(finish=5, unresponsive=UNRESPONSIVE, start=60)
+    run = LaunchRun(write_spec(tmp, doc))
+    problems: list[str] = []
+    step = rng.randint(int(0.15 * MAX_STEPS), int(0.5 * MAX_STEPS))
+    kill, back, gone_after = None, None, None
+    try:
+        if run.wait_for_step(step, timeout=300):
+            subprocess.run(["ip", "link", "set", host.veth, "down"], check=True)
+            kill = Kill(target, time.monotonic(), run.top_step(), "partition")
+            run.kills.append(kill)
+            time.sleep(cut)
+        else:
+            problems.append(f"never reached step {step}")
+    finally:
+        subprocess.run(["ip", "link", "set", host.veth, "up"], check=True)
+        back = time.monotonic()
+    status = run.wait(timeout=600)
+    ended = time.monotonic()
+    if status is None:
+        problems.append("hang: the launcher did not end within 600 s")
+    left = bed.leftovers(timeout=90)
+    if left:
+        problems.append(f"left on hosts: {left}")
+        bed.kill_all()
+    else:
+        gone_after = time.monotonic() - max(back, ended)
+    (run_dir,) = (tmp / "runs").iterdir()
+    detected = detected_in(run_dir, kill) if kill else None
+    if kill and detected is None:
+        problems.append("the cut-off task was never named as not answering")
+    resumed = resumed_after([run], kill) if kill else None
+    name, final, error = newest_checkpoint(tmp / "model", PY_TF215)
+    reason = summary_reason(run)
+    outcome = ("survived" if status == 0 else "failed clearly" if status == 1 else "BAD") \
+        if not problems else "BAD"
+    return {"kind": "ssh-estimator", "scenario": scenario,
+            "kills": [label(kill)] if kill else [], "outcome": outcome, "status": status,
+            "reason": reason, "final_checkpoint": name, "final_step": final,
+            "resumed_s": [None if resumed is None else round(resumed, 1)],
+            "lost_steps": [lost_steps([run], kill)] if kill else [],
+            "detected_s": [None if detected is None else round(detected, 1)],
+            "clean_after_s": None if gone_after is None else round(gone_after, 1),
+            "teardown_s": None, "duration_s": round(time.monotonic() - run.started, 1),
+            "problems": problems + ([f"checkpoint unreadable: {error}"] if error else [])}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,20 +217,35 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kinds", default="estimator,pss")
     p.add_argument("--only", metavar="SCENARIO", help="one scenario (worker:0, launcher...)")
     p.add_argument("--json", metavar="FILE", help="write every run's row here")
+    p.add_argument("--ssh", action="store_true",
+                   help="network partitions of ssh hosts in netns (root) instead")
+    p.add_argument("--cut", type=float, default=20.0,
+                   help="--ssh: seconds the link stays down")
     args = p.parse_args(argv)
     kinds = args.kinds.split(",")
     order = [(k, s) for k in kinds for s in SCENARIOS[k] if args.only in (None, s)]
     workdir = Path(tempfile.mkdtemp(prefix="fault-campaign-"))
+    bed = None
+    if args.ssh:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+        from infra.netns_hosts import start_hosts
+
+        bed = start_hosts(workdir / "hosts", count=3)
+        order = [("ssh-estimator", s) for s in PARTITIONS if args.only in (None, s)]
     rows = []
-    print(f"{'#':>3} {'job':9} {'scenario':11} {'kills (target@step)':28} {'outcome':15} "
-          f"{'resumed s':10} {'lost':5} {'total s':7}", flush=True)
+    print(f"{'#':>3} {'job':9} {'scenario':13} {'kills (target@step)':28} {'outcome':15} "
+          f"{'detected s':10} {'resumed s':10} {'lost':5} {'total s':7}", flush=True)
     for i in range(args.runs):
         kind, scenario = order[i % len(order)]
-        row = one_run(kind, scenario, random.Random(args.seed * 1000 + i), workdir)
+        rng = random.Random(args.seed * 1000 + i)
+        row = partition_run(scenario, rng, bed, workdir, args.cut) if bed else \
+            one_run(kind, scenario, rng, workdir)
         rows.append(row)
         resumed = ",".join("-" if r is None else f"{r:g}" for r in row["resumed_s"])
-        print(f"{i:>3} {kind:9} {scenario:11} {' '.join(row['kills']):28} {row['outcome']:15} "
-              f"{resumed:10} {max(row['lost_steps'] or [0]):<5} {row['duration_s']:<7}"
+        detected = ",".join("-" if d is None else f"{d:g}" for d in row["detected_s"]) or "-"
+        print(f"{i:>3} {kind:9} {scenario:13} {' '.join(row['kills']):28} {row['outcome']:15} "
+              f"{detected:10} {resumed:10} {max(row['lost_steps'] or [0]):<5} "
+              f"{row['duration_s']:<7}"
               + (f"  {'; '.join(row['problems'])}" if row["problems"] else ""), flush=True)
         if args.json:
             Path(args.json).write_text(json.dumps(rows, indent=1))
@@ -156,12 +262,18 @@ def main(argv: list[str] | None = None) -> int:
             if resumed is not None:
                 by_target.setdefault(f"{r['kind']} {kill.split('@')[0]}", []).append(resumed)
     for key, values in sorted(by_target.items()):
-        print(f"  kill -9 {key:22} resumed after: median {statistics.median(values):5.1f}s  "
+        print(f"  {key:30} resumed after: median {statistics.median(values):5.1f}s  "
               f"max {max(values):5.1f}s  (n={len(values)})")
     teardowns = [r["teardown_s"] for r in rows if r["teardown_s"] is not None]
     if teardowns:
         print(f"  launcher killed: every task gone within {max(teardowns):.1f}s (max; checked "
               f"every 0.1s, n={len(teardowns)})")
+    for r in rows:
+        if r.get("reason") is not None:
+            print(f"  {r['scenario']}: exit {r['status']}, {r['reason']}; nothing left on any "
+                  f"host {r['clean_after_s']}s after both the link came back and launch ended")
+    if bed is not None:
+        bed.stop()
     return 0 if bad == 0 else 1
 
 

@@ -19,6 +19,13 @@ Policy lives here, mechanism in the backends. The end of a job:
   task, as does the whole-job deadline ``timeouts.job``: trainers and the evaluator first,
   the ps once they are gone (``teardown``).
 
+Readiness: with ``readiness`` (the liveness monitor, launcher/liveness.py), a ps that has
+not answered TensorFlow's gRPC ``timeouts.start`` seconds after its (re)start fails the job
+(exit 1), naming it. Every task starts at once: holding the trainers until the ps answer
+did not shorten the time to the first step (docs/benchmarks.md, "Readiness gate"). A task a
+monitor reports ``lost`` gets SIGKILL at once (a frozen process does not act on SIGTERM)
+before its restart policy is applied.
+
 Monitors see a snapshot of the tasks (orchestrator.decisions.TaskState), never the Job, and
 answer in the one decision vocabulary (orchestrator.decisions.Decision). Time comes from an
 injected clock and the loop waits through an injected ``wait``, so the rules are tested
@@ -34,7 +41,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from launcher.backends.base import Backend, TaskHandle
 from launcher.ending import TaskView, TrainingView, end_step
@@ -112,6 +119,14 @@ class JobResult:
     incidents: list[dict] = field(default_factory=list)   # restarts, with what each restarted
 
 
+class Readiness(Protocol):
+    """Says whether a task answered since its start (the liveness monitor does)."""
+
+    def answered(self, name: str, since: float | None) -> bool: ...
+
+    def not_ready_reason(self, name: str, address: str) -> str: ...
+
+
 class PortConflict(Exception):
     """A task could not bind the port the launcher picked for it (a race with another
     process): the caller re-plans with new ports and starts again."""
@@ -133,6 +148,7 @@ class Job:
                  monitors: list[Monitor] | None = None, events: EventLog | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  wait: Callable[[float], object] | None = None,
+                 readiness: Readiness | None = None,
                  training: Callable[[], TrainingView] | None = None):
         self.plan = plan
         self.backend = backend
@@ -159,12 +175,15 @@ class Job:
         self.wake = threading.Event()  # set when a task's output ends: it is likely exiting
         self.restarts = RestartBook(dict(plan.restart), synchronous=plan.synchronous)
         self.due: dict[str, float] = {}     # task name -> when its restart is due
+        self.readiness = readiness
         self._ended: list[TaskRun] = []     # reaped, not yet judged
 
     def watchers(self) -> list[Monitor]:
-        """The monitors of a job by default: the coordinator, watching model_dir, and the
-        whole-job deadline (``timeouts.job``)."""
+        """The monitors of a job by default: the coordinator, watching model_dir, the
+        whole-job deadline (``timeouts.job``) and, where the backend reaches the tasks, the
+        liveness probe of their TF servers (also the job's ``readiness``)."""
         from launcher.deadline import deadline_monitor
+        from launcher.liveness import liveness_monitor
         from launcher.monitors import CoordinatorMonitor
         from orchestrator.coordinator import Coordinator
 
@@ -172,8 +191,12 @@ class Job:
         coordinator = Coordinator(self.plan.storage.url, max_steps=self.plan.max_steps,
                                   poll=t["poll"], stall=t["stall"], startup=t["start"],
                                   reader=self.plan.storage.reader())
-        return [CoordinatorMonitor(coordinator, self.console, self.events),
-                *deadline_monitor(t, self.clock)]
+        liveness = liveness_monitor(self.plan, self.backend, self.events)
+        if liveness is not None and self.readiness is None:
+            self.readiness = liveness
+        return [CoordinatorMonitor(coordinator, self.console, self.events,
+                                   not_answering=liveness.not_answering if liveness else None),
+                *deadline_monitor(t, self.clock), *([liveness] if liveness else [])]
 
     # ------------------------------------------------------------------ queries
     def run_of(self, type_: str, index: int = 0) -> TaskRun | None:
@@ -205,7 +228,8 @@ class Job:
             out.append(TaskState(run.name, run.task.type, run.task.address, alive=not ended,
                                  exit_status=run.status_text() if ended else None,
                                  stopped=run.stopped, restarts=run.restarts,
-                                 started_at=run.started, restarting=run.name in self.due))
+                                 started_at=run.started, restarting=run.name in self.due,
+                                 running=run.running))
         return out
 
     def _wait_for_wake(self, secs: float) -> None:
@@ -266,19 +290,22 @@ class Job:
         ended, self._ended = self._ended, []
         return ended
 
-    def stop(self, runs: list[TaskRun], reason: str) -> None:
-        """SIGTERM, then SIGKILL after ``timeouts.kill``; wait until every one is gone."""
+    def stop(self, runs: list[TaskRun], reason: str, kill: bool = False) -> None:
+        """SIGTERM, then SIGKILL after ``timeouts.kill`` (at once with ``kill``); wait until
+        every one is gone."""
         runs = [r for r in runs if r.running]
         if not runs:
             return
-        self.events.write("stopping", tasks=[r.name for r in runs], reason=reason)
+        self.events.write("stopping", tasks=[r.name for r in runs], reason=reason,
+                          signal="SIGKILL" if kill else "SIGTERM")
         self._let_exiting_tasks_end(runs)
         for run in runs:
             if run.handle.poll() is not None:
                 continue        # it ended by itself: reaped below with its own status
             run.stopped = True
-            run.handle.terminate()
-        deadline = self.clock() + self.timeouts.get("kill", 5.0)
+            if not kill:
+                run.handle.terminate()
+        deadline = self.clock() + (0.0 if kill else self.timeouts.get("kill", 5.0))
         while any(r.running for r in runs) and self.clock() < deadline:
             self.wait(0.02)
             self._reap()
@@ -356,6 +383,9 @@ class Job:
                 self.console.info(f"{primary.name} finished; waiting for the others to end")
             if self.training_done_at is not None and self._ended_well():
                 return self._finish(0, "training finished and every task ended")
+            failure = self._silent_ps()
+            if failure:
+                return self._finish(1, failure)
             self._start_due()
             self.wait(0.05)
 
@@ -384,10 +414,21 @@ class Job:
             return decision.reason
         if run.name in self.due:
             return None     # already being restarted
+        self.stop([run], decision.reason, kill=True)    # lost: it may be frozen
         verdict = self.restarts.judge_lost(run.task.type, run.name, decision.reason)
-        if verdict.action != FAIL:
-            self.stop([run], decision.reason)
         return self._apply(verdict, run)
+
+    def _silent_ps(self) -> str | None:
+        """Why the job fails when a ps has not answered TensorFlow's gRPC within
+        ``timeouts.start`` of its start (the trainers cannot train without it)."""
+        if self.readiness is None or self.training_done_at is not None:
+            return None
+        for run in self.runs:
+            if run.task.type == "ps" and run.running and not run.stopped and \
+                    self.clock() - run.started >= self.timeouts["start"] and \
+                    not self.readiness.answered(run.name, run.started):
+                return self.readiness.not_ready_reason(run.name, run.task.address)
+        return None
 
     def _apply(self, verdict: Decision, run: TaskRun) -> str | None:
         """Carry out a restart decision; return the reason when the job must fail."""

@@ -48,12 +48,14 @@ class CoordinatorMonitor:
 
     def __init__(self, coordinator: Coordinator, console: Console, events: EventLog,
                  progress_every: float = PROGRESS_EVERY,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic,
+                 not_answering: Callable[[], list[str]] | None = None):
         self.coordinator = coordinator
         self.console = console
         self.events = events
         self.progress_every = progress_every
         self.clock = clock
+        self.not_answering = not_answering    # tasks silent on gRPC (launcher/liveness.py)
         self._started: float | None = None
         self._last_line = ("", 0.0)
         self._decided: tuple[str, str] | None = None
@@ -87,25 +89,27 @@ class CoordinatorMonitor:
             self._restarts += 1
             self.coordinator.note_restart()
         p = self.coordinator.progress()
-        self.console.progress(p, tasks, self._restarts)
-        self._maybe_print(p, now)
+        silent = self.not_answering() if self.not_answering else []
+        self.console.progress(p, tasks, self._restarts, silent)
+        self._maybe_print(p, now, silent)
         decision = self.coordinator.judge(tasks)
         if decision is None:
             return None
         if self._decided != (decision.action, decision.reason):
             if decision.action == FINISH:
-                self._maybe_print(p, now, force=True)   # where training stands at its end
+                self._maybe_print(p, now, silent, force=True)   # where training stands at its end
             self._decided = (decision.action, decision.reason)
             self.events.write("coordinator", action=decision.action, reason=decision.reason,
                               tasks=list(decision.tasks), step=p.step,
                               checkpoint=p.checkpoint.name if p.checkpoint else None)
         return decision
 
-    def _maybe_print(self, p: Progress, now: float, force: bool = False) -> None:
+    def _maybe_print(self, p: Progress, now: float, silent: list[str],
+                     force: bool = False) -> None:
         last, at = self._last_line
         if now - at < self.progress_every and not force:
             return
-        line = progress_line(p, now - (self._started or now), self._restarts)
+        line = progress_line(p, now - (self._started or now), self._restarts, now, silent)
         if line != last or now - at >= PROGRESS_QUIET:
             self.console.progress_line(line)
             self._last_line = (line, now)

@@ -9,12 +9,15 @@ The ssh backend runs ``PYTHON -c STUB`` (``STUB`` below) and writes to its stdin
    directories (preflight) and ``{"nonce", "probe": {"argv", "env", "cwd", "timeout"}}``
    runs a short command; each is answered by one JSON line on stdout. Then
    ``{"nonce", "argv", "env", "cwd", "grace"}`` runs the task, the last message;
-3. then control lines, each a signal number for the task's process group.
+3. then control lines, each a signal number for the task's process group (``0``: only a
+   sign of life, sent every few seconds).
 
-End of stdin (the launcher closed it, died, or the connection dropped) terminates the group,
-then kills it after ``grace`` seconds. When the task ends, whatever is left of its group is
-killed. stdout carries the task's stdout and stderr; stderr carries status lines for the
-launcher, ``NONCE {"started": PID}`` and ``NONCE {"exit": STATUS}`` (negative: signal).
+End of stdin (the launcher closed it, died, or the connection dropped), or no line at all
+for ``silence`` seconds (the host is cut off from the launcher: the launcher has given the
+task up by then), terminates the group, then kills it after ``grace`` seconds. When the
+task ends, whatever is left of its group is killed. stdout carries the task's stdout and
+stderr; stderr carries status lines for the launcher, ``NONCE {"started": PID}`` and
+``NONCE {"exit": STATUS}`` (negative: signal).
 """
 
 import json
@@ -75,13 +78,30 @@ def group_alive(pgid):
     return True
 
 
-def watch_control(pgid, grace):
-    """Relay control lines as signals; at end of stdin, terminate then kill the group."""
-    for line in sys.stdin:
-        try:
-            killpg(pgid, int(line.strip()))
-        except ValueError:
-            continue
+def watch_control(pgid, grace, silence=None):
+    """Relay control lines as signals; at end of stdin, or after ``silence`` seconds without
+    a line, terminate then kill the group."""
+    last = [time.monotonic()]
+    ended = threading.Event()
+
+    def relay():
+        for line in sys.stdin:
+            last[0] = time.monotonic()
+            try:
+                sig = int(line.strip())
+            except ValueError:
+                continue
+            if sig:
+                killpg(pgid, sig)
+        ended.set()
+
+    reader = threading.Thread(target=relay)
+    reader.daemon = True
+    reader.start()
+    while not ended.wait(0.5):
+        if silence and time.monotonic() - last[0] > silence:
+            say(f"no word from the launcher for {silence:g} s: ending the task")
+            break
     killpg(pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while group_alive(pgid) and time.monotonic() < deadline:
@@ -203,7 +223,8 @@ def run(desc):
         report(nonce, exit=status)
         return status
     report(nonce, started=child.pid)
-    watcher = threading.Thread(target=watch_control, args=(child.pid, desc.get("grace", 5.0)))
+    watcher = threading.Thread(target=watch_control,
+                               args=(child.pid, desc.get("grace", 5.0), desc.get("silence")))
     watcher.daemon = True
     watcher.start()
     status = child.wait()

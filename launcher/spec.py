@@ -37,6 +37,7 @@ TIMEOUT_DEFAULTS = {
     "kill": 5.0,        # SIGTERM to SIGKILL
     "poll": 1.0,        # how often the coordinator looks at model_dir
     "job": 0.0,         # the whole job's deadline (0: none); then the ordered teardown
+    "unresponsive": 30.0,  # a task whose TF server stops answering gRPC this long is lost
 }
 RESTART_POLICIES = ("never", "on-failure", "always")
 RESOURCE_KEYS = ("cpus", "memory", "gpus", "partition", "time")

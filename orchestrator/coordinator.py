@@ -36,7 +36,9 @@ from orchestrator.metrics_file import METRICS_FILE
 from orchestrator.roles import TRAINERS
 from orchestrator.tfformats import EVENTS_PREFIX, newest_event_step
 
-RATE_WINDOW = 20           # checkpoints kept to estimate steps per second
+RATE_WINDOW = 20           # step observations kept to estimate steps per second
+RATE_SECS = 30.0           # ... over at most this many seconds before the newest one
+RATE_MIN_SECS = 5.0        # ... and over at least this many (several polls, not two)
 METRICS_TAIL_BYTES = 16384  # a new eval line is looked for in the file's last bytes
 EVENTS_REDISCOVER_SECS = 30.0
 EVENTS_READ_MAX = 4 << 20   # bytes of new events read per poll at most
@@ -52,6 +54,7 @@ class Progress:
     steps_per_sec: float | None = None
     eta_secs: float | None = None
     last_activity: float = 0.0       # monotonic time of the last sign of training
+    step_at: float | None = None     # monotonic time the newest step was first seen
     last_activity_what: str = "the coordinator started"
     latest_eval: dict[str, Any] | None = None
     events_step: int | None = None   # newest global step in the chief's events file
@@ -208,7 +211,8 @@ class Coordinator:
             self._observe(now, step)
             p = replace(p, events_step=step, steps_per_sec=self._rate(),
                         last_activity_what=f"step {step} in the events file")
-        p = replace(p, eta_secs=self._eta(p), latest_eval=self._latest_eval(p.latest_eval))
+        p = replace(p, eta_secs=self._eta(p), latest_eval=self._latest_eval(p.latest_eval),
+                    step_at=self._history[-1][0] if self._history else None)
         evaluated = _newest(self._evaluations.poll(), _step_of(p.latest_eval))
         if evaluated is not None and evaluated != p.evaluated_step:
             p = replace(p, evaluated_step=evaluated)
@@ -224,9 +228,12 @@ class Coordinator:
             self._history.append((now, step))
 
     def _rate(self) -> float | None:
-        if len(self._history) < 2:
+        """Steps per second over the recent observations (at most RATE_SECS old)."""
+        t1, s1 = self._history[-1] if self._history else (0.0, 0)
+        recent = [(t, s) for t, s in self._history if t1 - t <= RATE_SECS]
+        if len(recent) < 2 or t1 - recent[0][0] < RATE_MIN_SECS:
             return None
-        (t0, s0), (t1, s1) = self._history[0], self._history[-1]
+        (t0, s0) = recent[0]
         return (s1 - s0) / (t1 - t0) if t1 > t0 and s1 >= s0 else None
 
     @staticmethod

@@ -48,3 +48,4 @@ class TaskState:
     restarts: int = 0          # times the job loop started it again
     started_at: float | None = None  # job-loop clock time of its latest start
     restarting: bool = False   # ended, and its restart is due (alive stays True)
+    running: bool = False      # its process runs now (started, not ended)

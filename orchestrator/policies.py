@@ -52,6 +52,7 @@ MAX_BACKOFF = 60.0
 TRANSIENT_ERRORS = (
     "UnavailableError", "AbortedError", "DeadlineExceededError", "CancelledError",
     "Socket closed", "Connection reset by peer", "failed to connect to all addresses",
+    "ssh: connect to host",     # the task's host did not answer ssh (down, cut off)
 )
 
 

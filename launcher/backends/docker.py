@@ -180,6 +180,12 @@ class DockerBackend(Backend):
     def host_network(self) -> bool:
         return self.options.network == HOST_NETWORK
 
+    @property
+    def reachable(self) -> bool:  # type: ignore[override]
+        """The tasks' TF servers answer the launcher's gRPC probe (launcher/liveness.py) on
+        the host network; on a user-defined network their addresses are aliases inside it."""
+        return self.host_network
+
     # ------------------------------------------------------------------ docker command lines
     def call(self, *args: str, timeout: float = CALL_TIMEOUT) -> subprocess.CompletedProcess:
         """One docker CLI call; never raises for a failed or missing command."""

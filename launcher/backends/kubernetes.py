@@ -126,6 +126,7 @@ class KubernetesBackend(Backend):
     OPTIONS = KubernetesOptions
     ports_picked_at_start = False      # every pod listens on kubernetes.port
     options: KubernetesOptions
+    reachable = False   # pod addresses are cluster-internal: the engine's state alone
 
     def __init__(self, spec: Spec, options: KubernetesOptions | None = None):
         super().__init__(spec, options or KubernetesOptions())

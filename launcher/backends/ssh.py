@@ -52,6 +52,8 @@ RESERVED = {"batchmode": "", "stricthostkeychecking": "strict_host_key_checking"
 PORT_RANGE = (20000, 32768)   # below Linux's ephemeral range, where outgoing ports come from
 MUX_SESSIONS = 8              # per master, below sshd's default MaxSessions (10)
 KILL_LOCAL_AFTER = 3.0        # after SIGKILL: end the local ssh if the remote is silent
+HEARTBEAT = 2.0               # seconds between signs of life to every running task's host
+MIN_SILENCE = 10.0            # a host ends its task after this much silence, at the least
 BOOTSTRAP_SOURCE = Path(remote_bootstrap.__file__).read_text(encoding="utf-8")
 
 
@@ -175,6 +177,7 @@ class SSHHandle(TaskHandle):
         self.task = None  # type: ignore[assignment]
         self.nonce = secrets.token_hex(8)
         self.remote_pid: int | None = None
+        self.running = False                 # its task's description was sent
         self._exit: int | None = None
         self.timed_out = False               # a question got no answer in time
         self._lock = threading.Lock()        # stdin
@@ -202,7 +205,13 @@ class SSHHandle(TaskHandle):
         with self._asking:
             self.task = task
             self._message(desc)
+            self.running = True
         return self
+
+    def heartbeat(self) -> None:
+        """A sign of life for the bootstrap (control line 0) while the task runs."""
+        if self.running and self.proc.poll() is None:
+            self._send(b"0\n")
 
     def ask(self, message: dict, timeout: float) -> tuple[dict | None, list[str]] | None:
         """Send a check or probe; its answer (None when none came in ``timeout`` s: then the
@@ -332,6 +341,9 @@ class SSHBackend(Backend):
         self._masters: dict[str, _Master] = {}
         self._sessions: dict[str, list[SSHHandle]] = {}   # live sessions through a master
         self._idle: dict[str, SSHHandle] = {}             # checked, waiting for a task
+        self._running: list[SSHHandle] = []               # sessions that run a task
+        self._heart: threading.Thread | None = None
+        self._closed = threading.Event()
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ ssh command lines
@@ -495,7 +507,22 @@ class SSHBackend(Backend):
 
     def _description(self, task: TaskPlan, argv: list[str]) -> dict:
         return {"argv": argv, "env": task.env, "cwd": task.cwd,
-                "grace": self.spec.timeouts.get("kill", 5.0)}
+                "grace": self.spec.timeouts.get("kill", 5.0), "silence": self.silence}
+
+    @property
+    def silence(self) -> float:
+        """Seconds without a heartbeat after which a host ends its task by itself: the
+        launcher has declared it lost by then (``timeouts.unresponsive``), so a host cut
+        off from the launcher leaves no orphan, even while the link stays down."""
+        return max(MIN_SILENCE, 3 * HEARTBEAT, self.spec.timeouts.get("unresponsive") or 30.0)
+
+    def _beat(self) -> None:
+        while not self._closed.wait(HEARTBEAT):
+            with self._lock:
+                self._running = [h for h in self._running if h.proc.poll() is None]
+                running = list(self._running)
+            for handle in running:
+                handle.heartbeat()
 
     def _mux_slot(self, host: str) -> bool:
         """Whether a new session on ``host`` can go through its master (call with the lock)."""
@@ -522,7 +549,14 @@ class SSHBackend(Backend):
         if idle is not None and idle.proc.poll() is not None:
             idle.discard()
             idle = None
-        return (idle or self._session(task)).run(task, self._description(task, task.command))
+        handle = (idle or self._session(task)).run(task, self._description(task, task.command))
+        with self._lock:
+            self._running.append(handle)
+            if self._heart is None:
+                self._heart = threading.Thread(target=self._beat, name="ssh-heartbeat",
+                                               daemon=True)
+                self._heart.start()
+        return handle
 
     def probe(self, task: TaskPlan, argv: list[str], timeout: float) -> ProbeResult:
         """In the host's preflight session (no new remote shell), else in a new session."""
@@ -567,6 +601,7 @@ class SSHBackend(Backend):
         master.log.close()
 
     def close(self) -> None:
+        self._closed.set()
         while self._idle:
             self._idle.popitem()[1].discard()
         for host in list(self._masters):

@@ -55,8 +55,10 @@ class Console:
         """The periodic progress line (the live view draws a bar instead)."""
         self.info(line)
 
-    def progress(self, progress: Any, tasks: list, restarts: int) -> None:
-        """Where training stands, on every loop turn (for the live view)."""
+    def progress(self, progress: Any, tasks: list, restarts: int, silent: list | None = None
+                 ) -> None:
+        """Where training stands, on every loop turn (for the live view); ``silent``: the
+        tasks that stopped answering TensorFlow's gRPC."""
 
     @property
     def hidden(self) -> int:

@@ -10,7 +10,7 @@ import time
 from typing import IO, Any
 
 from launcher.output.console import Console
-from launcher.output.progress import _duration, eval_text
+from launcher.output.progress import _duration, eval_text, rate_words
 
 REFRESH_PER_SECOND = 4
 
@@ -24,6 +24,7 @@ class LiveConsole(Console):
         self._progress: Any = None
         self._tasks: list = []
         self._restarts = 0
+        self._silent: list[str] = []
         self._began = time.monotonic()
         self._drawing = False
         self._closed = False
@@ -59,8 +60,10 @@ class LiveConsole(Console):
     def progress_line(self, line: str) -> None:
         """Drawn as the status block instead."""
 
-    def progress(self, progress: Any, tasks: list, restarts: int) -> None:
+    def progress(self, progress: Any, tasks: list, restarts: int, silent: list | None = None
+                 ) -> None:
         self._progress, self._tasks, self._restarts = progress, list(tasks), restarts
+        self._silent = list(silent or [])
         self._draw()
 
     def close(self) -> None:
@@ -83,7 +86,10 @@ class LiveConsole(Console):
         grid.add_column()
         bar = ProgressBar(total=float(total) if total else None,
                           completed=float(min(step or 0, total or 0)), width=32)
-        grid.add_row(bar, Text(status_words(p, step, total)))
+        words = status_words(p, step, total)
+        if self._silent:
+            words += f" · {', '.join(self._silent)} not answering"
+        grid.add_row(bar, Text(words))
         if p is not None and p.latest_eval:
             grid.add_row(Text(""), Text(eval_text(p.latest_eval), style="green"))
         grid.add_row(Text(""), Text(task_words(self._tasks, self._restarts,
@@ -97,11 +103,7 @@ def status_words(p: Any, step: int | None, total: int | None) -> str:
         return "waiting for the first checkpoint" if p is None or p.checkpoint is None else \
             f"checkpoint {p.checkpoint.name}"
     words = [f"step {step}/{total} ({100 * min(step, total) // total}%)" if total
-             else f"step {step}"]
-    if p.steps_per_sec is not None:
-        words.append(f"{p.steps_per_sec:.1f} steps/s")
-    if p.eta_secs is not None and not p.reached_max_steps:
-        words.append(f"ETA {_duration(p.eta_secs)}")
+             else f"step {step}", *rate_words(p, time.monotonic())]
     return " · ".join(words)
 
 

@@ -53,7 +53,8 @@ CASES: list[tuple[str, object, list[str], str]] = [
     ("typo-top-level", {"max_step": 10}, [],
      E + "max_step: unknown key (allowed: " + TOP_KEYS + ")"),
     ("typo-timeouts", {"timeouts": {"stal": 10}}, [],
-     E + "timeouts.stal: unknown key (allowed: evaluator, finish, job, kill, poll, stall, start)"),
+     E + "timeouts.stal: unknown key (allowed: evaluator, finish, job, kill, poll, stall, start, "
+       "unresponsive)"),
     ("typo-restart-role", {"restart": {"workers": "never"}}, [],
      E + "restart.workers: unknown key (allowed: chief, evaluator, master, ps, worker)"),
     ("typo-restart-field", {"restart": {"ps": {"policy": "always", "retries": 2}}}, [],
@@ -152,7 +153,7 @@ CASES: list[tuple[str, object, list[str], str]] = [
     ("bad-name", {"name": "my job"}, [],
      E + "name: 'my job' must be letters, digits, '_', '.', '-' (at most 63)"),
     ("unknown-backend", {"backend": "yarn"}, [],
-     E + "backend: unknown backend 'yarn' (allowed: local, ssh, slurm, kubernetes)"),
+     E + "backend: unknown backend 'yarn' (allowed: local, ssh, slurm, kubernetes, docker)"),
     ("env-tf-config", {"env": {"TF_CONFIG": "{}"}}, [],
      E + "env.TF_CONFIG: is set by tfcluster for every task; do not set it"),
     ("env-not-string", {"env": {"BATCH": 64}}, [],

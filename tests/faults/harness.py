@@ -30,6 +30,7 @@ PY_TF221 = str(REPO / ".venv-tf2" / "bin" / "python")
 LAUNCH = str(Path(sys.executable).parent / "launch")
 MARK = "TFCLUSTER_FAULT_RUN"
 _LINE_RE = re.compile(r"^\[(?P<task>[a-z]+:\d+)\] (?P<text>.*)$")
+UNANSWERED = "has not answered TensorFlow's gRPC"
 _STEP_RE = re.compile(r"tfjob-(?P<kind>progress|eval) step=(?P<step>\d+)")
 
 
@@ -45,6 +46,8 @@ class Kill:
     target: str         # a task name, or "launcher"
     t: float
     step_before: int    # highest global step reported before the kill
+    how: str = "SIGKILL"   # or SIGSTOP (frozen), "partition" (its host cut off)
+    wall: float = field(default_factory=time.time)   # for the run's events.jsonl times
 
 
 def job_spec(kind: str, tmp: Path, max_steps: int = 600, save_steps: int = 100,
@@ -156,6 +159,27 @@ class LaunchRun:
         self.kills.append(kill)
         return kill
 
+    def freeze(self, target: str) -> Kill:
+        """SIGSTOP the whole process group of the task named ``target``: alive, silent."""
+        pid = self.task_pid(target)
+        if pid is None:
+            raise LookupError(f"no live process for {target}")
+        kill = Kill(target, time.monotonic(), self.top_step(), "SIGSTOP")
+        os.killpg(pid, signal.SIGSTOP)
+        self.kills.append(kill)
+        return kill
+
+    def detected(self, kill: Kill) -> float | None:
+        """Seconds from ``kill`` until the launcher said its target stopped answering (the
+        console line comes once the task is killed; ``detected_in`` reads the event)."""
+        with self._lock:
+            lines = list(self.lines)
+        for line in lines:
+            if line.t >= kill.t and line.task == "launcher" and \
+                    f"{kill.target} (" in line.text and UNANSWERED in line.text:
+                return line.t - kill.t
+        return None
+
     def wait(self, timeout: float) -> int | None:
         """The launcher's exit status; None when it hung (then it is stopped)."""
         try:
@@ -184,6 +208,16 @@ class LaunchRun:
             except psutil.NoSuchProcess:
                 pass
         return left
+
+
+def detected_in(run_dir: Path, kill: Kill) -> float | None:
+    """Seconds from ``kill`` to the run's ``task_unresponsive`` event naming its target."""
+    for line in (run_dir / "events.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        if event["event"] == "task_unresponsive" and event["task"] == kill.target and \
+                event["time"] >= kill.wall - 0.01:
+            return event["time"] - kill.wall
+    return None
 
 
 def _after_restart(run: LaunchRun, kill: Kill, tasks: tuple[str, ...] | None) -> list[Line]:

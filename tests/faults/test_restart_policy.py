@@ -24,6 +24,7 @@ TRACEBACK = ["Traceback (most recent call last):", '  File "train.py", line 3',
     (2, [], ERROR),
     (1, ["tensorflow.python.framework.errors_impl.UnavailableError: Socket closed"], TRANSIENT),
     (1, TRACEBACK + ["AbortedError: ps:0 restarted"], TRANSIENT),
+    (255, ["ssh: connect to host 10.0.0.11 port 22: Connection timed out"], TRANSIENT),
 ])
 def test_exit_kinds(status, tail, kind):
     assert classify_exit(status, tail)[0] == kind

@@ -2,7 +2,8 @@
 
 FAKE_PLAN is JSON: {"chief": "exit 0 after 1", "ps": "forever", "worker:1": "fail after 0.5",
 "evaluator": "spawn-forever"...}; the most specific key (type:index, then type) wins.
-Every task prints its TF_CONFIG task and writes its pid to $FAKE_PIDS/<type>-<index>.pid.
+Every task prints its TF_CONFIG task and writes its pid to $FAKE_PIDS/<type>-<index>.pid;
+a ps answers the launcher's gRPC probe as a TensorFlow server does.
 """
 
 import json
@@ -11,9 +12,13 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from fake_tf_server import serve_get_status  # noqa: E402
+
 config = json.loads(os.environ["TF_CONFIG"])
 task = config["task"]
 name = f"{task['type']}:{task['index']}"
+server = serve_get_status(config) if task["type"] == "ps" else None  # as TensorFlow's
 plan = json.loads(os.environ.get("FAKE_PLAN", "{}"))
 behaviour = plan.get(name, plan.get(task["type"], "exit 0 after 0.5"))
 if os.environ.get("FAKE_PIDS"):

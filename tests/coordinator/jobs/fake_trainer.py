@@ -13,6 +13,10 @@ import fsspec
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tf_writes import FakeTrainer  # noqa: E402
 
+if os.environ["TFCLUSTER_TASK"].startswith("ps:"):
+    from fake_tf_server import serve_get_status
+
+    server = serve_get_status()     # the launcher's gRPC probe gets its answer
 if os.environ["TFCLUSTER_TASK"] != "chief:0":
     while True:
         time.sleep(1)

@@ -4,7 +4,7 @@ Training is paced (FAULT_STEP_SLEEP seconds per step on each trainer) so that ki
 the middle of it; every FAULT_PRINT_EVERY global steps a trainer prints
 ``tfjob-progress step=N`` (the campaign times these lines). The chief saves a checkpoint
 every FAULT_SAVE_STEPS steps; a restarted task restores the newest one from model_dir, as
-every Estimator does.
+every Estimator does. FAULT_PS_DELAY makes the ps wait that many seconds before it starts.
 """
 
 import json
@@ -12,8 +12,12 @@ import os
 import sys
 import time
 
-import numpy as np
-import tensorflow as tf
+if os.environ.get("FAULT_PS_DELAY") and json.loads(os.environ["TF_CONFIG"])["task"]["type"] \
+        == "ps":
+    time.sleep(float(os.environ["FAULT_PS_DELAY"]))    # a ps whose host is slow to start it
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 from orchestrator.epochs import wait_for_chief_init  # noqa: E402

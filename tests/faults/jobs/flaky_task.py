@@ -7,7 +7,8 @@ peer), "spawn then forever" (leaves a child in its process group), "bind-taken" 
 port of the task named by FLAKY_STEAL, then runs forever; "bind after T" binds its own
 port like a TF server, or fails with "Address already in use"; "bind after-steal" first
 waits until the port was taken), "exit 0 once worker:1 started 3" (waits for that).
-Each start appends a line to $FLAKY_DIR/<type>-<index>.starts.
+Each start appends a line to $FLAKY_DIR/<type>-<index>.starts. A ps answers the launcher's
+gRPC probe (tests/fake_tf_server.py) from its start, except in "bind" mode.
 """
 
 import json
@@ -17,6 +18,9 @@ import socket
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+from fake_tf_server import serve_get_status  # noqa: E402
 
 config = json.loads(os.environ["TF_CONFIG"])
 kind, index = config["task"]["type"], config["task"]["index"]
@@ -30,6 +34,9 @@ with open(record) as f:
     start = len(f.read().splitlines()) - 1
 words = steps[min(start, len(steps) - 1)].split()
 print(f"{name} start {start}: {' '.join(words)}", flush=True)
+# A ps answers the launcher's gRPC probe as TensorFlow's does (unless it binds its own port
+# on purpose below).
+server = serve_get_status(config) if kind == "ps" and words[0] != "bind" else None
 
 
 def address(task_name: str) -> tuple[str, int]:

@@ -1,0 +1,71 @@
+"""The gRPC probe against a real TensorFlow server (TF 2.15, what a ps runs): ready once it
+listens, answers while alive, runs into its deadline while frozen (SIGSTOP), answers again
+once continued, and fails at once when nothing listens."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from support import PY_TF215
+
+from launcher.backends.local import free_port
+from launcher.liveness import GrpcProber
+
+SERVER = str(Path(__file__).with_name("jobs") / "tf_server.py")
+pytestmark = [pytest.mark.tf]
+
+
+def wait_status(pid: int, status: str, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while psutil.Process(pid).status() != status and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def tf_ps():
+    address = f"localhost:{free_port()}"
+    config = {"cluster": {"ps": [address], "worker": [f"localhost:{free_port()}"]},
+              "task": {"type": "ps", "index": 0}}
+    env = dict(os.environ, TF_CONFIG=json.dumps(config), TF_CPP_MIN_LOG_LEVEL="2",
+               TFCLUSTER_RUN_ID="probe-test", TFCLUSTER_TASK="ps:0")
+    proc = subprocess.Popen([PY_TF215, SERVER], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        yield address, proc
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_probe_follows_a_real_tf_server_through_start_freeze_and_death(tf_ps):
+    address, proc = tf_ps
+    prober = GrpcProber(deadline=1.0)
+    try:
+        assert prober.ask(address).code == "UNAVAILABLE"     # still importing TensorFlow
+        deadline = time.monotonic() + 60
+        while not prober.ask(address).ok and time.monotonic() < deadline:
+            time.sleep(0.1)
+        live = prober.ask(address)
+        assert live.ok and live.took < 1.0
+        os.killpg(proc.pid, signal.SIGSTOP)
+        wait_status(proc.pid, psutil.STATUS_STOPPED)
+        frozen = prober.ask(address)
+        assert (frozen.ok, frozen.code) == (False, "DEADLINE_EXCEEDED")
+        assert frozen.took >= 0.9
+        os.killpg(proc.pid, signal.SIGCONT)
+        assert prober.ask(address).ok
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        gone = prober.ask(address)
+        assert (gone.ok, gone.code) == (False, "UNAVAILABLE")
+    finally:
+        prober.close()
