@@ -282,7 +282,8 @@ def _execute(spec, backend, plan, command, args, run_dir, events, state,
     closing = final_read(plan.storage.reader(), plan.max_steps,
                          any(t.type == "evaluator" for t in plan.tasks), spec.epochs,
                          [r.log_path for r in result.runs if r.task.type in TRAINERS],
-                         plan.model_dir, result.training_finished)
+                         plan.model_dir, result.training_finished,
+                         _seen_evaluated(job.monitors))
     table = summary_table(result.runs)
     verdict = "succeeded" if result.status == 0 else f"FAILED (exit status {result.status})"
     console.info(f"job {verdict} after {result.duration:.1f}s: {result.reason}\n{table}")
@@ -301,6 +302,16 @@ def _execute(spec, backend, plan, command, args, run_dir, events, state,
     final = closing.final_step if closing.final_step is not None else _final_step(job.monitors)
     return RunResult(result.status, result.reason, run_dir, final, rows,
                      round(result.duration, 3), plan.run_id)
+
+
+def _seen_evaluated(monitors: list) -> int | None:
+    """The newest evaluated step the coordinator saw while the job ran."""
+    from launcher.monitors import CoordinatorMonitor
+
+    for monitor in monitors:
+        if isinstance(monitor, CoordinatorMonitor):
+            return monitor.coordinator.progress().evaluated_step
+    return None
 
 
 def _final_step(monitors: list) -> int | None:

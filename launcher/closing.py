@@ -125,14 +125,18 @@ def read_shard_marks(log_paths: Iterable[str]) -> bool:
 
 def final_read(reader: CheckpointReader, max_steps: int | None, has_evaluator: bool,
                epochs: int | None = None, trainer_logs: Iterable[str] = (),
-               model_dir: str | None = None, training_finished: bool = True) -> Closing:
+               model_dir: str | None = None, training_finished: bool = True,
+               seen_evaluated: int | None = None) -> Closing:
     """Read model_dir once more and decide the closing lines. When training did not finish
     (a task failed, an interrupt) the failure is the story: no line about where the
-    checkpoints stand."""
+    checkpoints stand. ``seen_evaluated``: the newest evaluated step the coordinator saw
+    while the job ran (an events file can be overwritten since: two writers of one name)."""
     try:
         ckpt = reader.newest_complete()
         evaluated = newest_evaluated(reader, metrics_eval_step(reader)) if has_evaluator \
             else None
+        if has_evaluator and seen_evaluated is not None:
+            evaluated = max(evaluated or seen_evaluated, seen_evaluated)
     except OSError as e:
         c = Closing(max_steps=max_steps, has_evaluator=has_evaluator)
         c.notes.append(f"model_dir could not be read at the end: {type(e).__name__}: {e}")

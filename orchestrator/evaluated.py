@@ -18,7 +18,7 @@ import time
 from typing import Callable
 
 from orchestrator.checkpoints import CheckpointReader
-from orchestrator.tfformats import newest_event_step
+from orchestrator.tfformats import event_step, tfrecords
 
 EVAL_EVENTS = "eval*/events.out.tfevents.*"
 RELIST_SECS = 5.0
@@ -57,15 +57,29 @@ class EvaluationFollower:
             except FileNotFoundError:
                 del self._offsets[path]
                 continue
-            try:
-                step, used = newest_event_step(data)
-            except ValueError:              # not TFRecords: never read it again
-                self._offsets[path] = 1 << 62
-                continue
-            self._offsets[path] = offset + used
+            step, used, broken = newest_step(data)
+            # Broken bytes: two processes of one host wrote the same file name (TF1 names
+            # events files by second and host: the chief's own evaluate and the evaluator's
+            # can clash). What came before counts; the file is not read again.
+            self._offsets[path] = 1 << 62 if broken else offset + used
             if step is not None and (self.step is None or step > self.step):
                 self.step = step
         return self.step
+
+
+def newest_step(data: bytes) -> tuple[int | None, int, bool]:
+    """(the largest ``Event.step`` of the whole records at the start of ``data``, bytes
+    they take, whether bytes that cannot be records came after them)."""
+    newest, used = None, 0
+    try:
+        for record, end in tfrecords(data):
+            used = end
+            step = event_step(record)
+            if step is not None and (newest is None or step > newest):
+                newest = step
+    except ValueError:
+        return newest, used, True
+    return newest, used, False
 
 
 def newest_evaluated(reader: CheckpointReader, metrics_step: int | None = None) -> int | None:

@@ -34,8 +34,15 @@ def test_each_evaluation_of_tf_s_evaluator_is_followed(tmp_path):
     (named / "events.out.tfevents.1700000001.host").write_bytes(tfrecord(420, SUMMARY))
     clock.now += 10
     assert follower.poll() == 420
+    clash = model / "eval_clash"                  # two writers of one file name
+    clash.mkdir()
+    (clash / "events.out.tfevents.1700000002.host").write_bytes(
+        tfrecord(0) + tfrecord(430, SUMMARY) + b"\xff" * 40)
+    clock.now += 10
+    assert follower.poll() == 430
+    assert newest_evaluated(CheckpointReader(str(model))) == 430
     events.unlink()                                 # a vanished file is not an error
-    assert follower.poll() == 420
+    assert follower.poll() == 430
     assert newest_evaluated(CheckpointReader(str(model)), metrics_step=500) == 500
 
 

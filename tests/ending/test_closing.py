@@ -86,3 +86,12 @@ def test_the_final_checkpoint_not_evaluated(tmp_path):
         f.write(json.dumps({"split": "eval", "step": 200, "metrics": {}}) + "\n")
     c = final_read(reader, 200, has_evaluator=True)
     assert c.notes == [] and c.evaluated_step == 200
+
+
+def test_an_evaluation_seen_while_the_job_ran_counts(tmp_path):
+    """TF1 names events files by second and host: the chief's own evaluate can overwrite
+    the evaluator's file; what the coordinator saw then still counts."""
+    reader = model_dir(tmp_path, 200)
+    c = final_read(reader, 200, has_evaluator=True, seen_evaluated=200)
+    assert c.notes == [] and c.evaluation == "evaluated"
+
