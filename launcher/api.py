@@ -252,7 +252,8 @@ def _execute(spec, backend, plan, command, args, run_dir, events, state,
     """Preflight, run (new ports and again when a task lost its port to a race), then the
     closing summary; the backend is closed whatever happens."""
     from launcher.job import Job, PortConflict
-    from launcher.output.summary import summary_table
+    from launcher.output.summary import closing_lines, summary_doc, summary_table
+    from orchestrator.roles import TRAINERS
 
     try:
         backend.preflight(plan)
@@ -277,9 +278,17 @@ def _execute(spec, backend, plan, command, args, run_dir, events, state,
     finally:
         console.close()
         backend.close()
+    from launcher.closing import final_read
+    closing = final_read(plan.storage.reader(), plan.max_steps,
+                         any(t.type == "evaluator" for t in plan.tasks), spec.epochs,
+                         [r.log_path for r in result.runs if r.task.type in TRAINERS],
+                         plan.model_dir, result.training_finished,
+                         _seen_evaluated(job.monitors))
     table = summary_table(result.runs)
     verdict = "succeeded" if result.status == 0 else f"FAILED (exit status {result.status})"
     console.info(f"job {verdict} after {result.duration:.1f}s: {result.reason}\n{table}")
+    for line in closing_lines(result, closing):
+        console.info(line)
     from launcher.output.metrics_table import metrics_table
     metrics = metrics_table(plan.storage)
     if metrics:
@@ -289,12 +298,20 @@ def _execute(spec, backend, plan, command, args, run_dir, events, state,
                      "notices, banners, INFO) are only in the task logs; --verbose shows them")
     rows = task_rows(result.runs)
     with open(os.path.join(run_dir, "summary.json"), "w", encoding="utf-8") as f:
-        json.dump({"status": result.status, "reason": result.reason,
-                   "duration": round(result.duration, 3),
-                   "tasks": [{k: v for k, v in r.items() if k != "status"} for r in rows]},
-                  f, indent=2)
-    return RunResult(result.status, result.reason, run_dir, _final_step(job.monitors), rows,
+        json.dump(summary_doc(result, closing, rows), f, indent=2)
+    final = closing.final_step if closing.final_step is not None else _final_step(job.monitors)
+    return RunResult(result.status, result.reason, run_dir, final, rows,
                      round(result.duration, 3), plan.run_id)
+
+
+def _seen_evaluated(monitors: list) -> int | None:
+    """The newest evaluated step the coordinator saw while the job ran."""
+    from launcher.monitors import CoordinatorMonitor
+
+    for monitor in monitors:
+        if isinstance(monitor, CoordinatorMonitor):
+            return monitor.coordinator.progress().evaluated_step
+    return None
 
 
 def _final_step(monitors: list) -> int | None:

@@ -1,10 +1,15 @@
 """The job loop: start the tasks, stream their output, decide the end, stop everything.
 
 Policy lives here, mechanism in the backends. The end of a job:
-- success when the primary task (chief, else master, else worker 0) exits 0, or when a
-  monitor (the coordinator) says max_steps is reached; then workers get ``timeouts.finish``
-  and the evaluator ``timeouts.evaluator`` to exit on their own, and every ps and leftover
-  task gets SIGTERM, then SIGKILL after ``timeouts.kill``;
+- training is done when the primary task (chief, else master, else worker 0) exits 0, or
+  when a monitor (the coordinator) says max_steps is reached; from then on the end rules
+  (launcher/ending.py) say who is stopped when: trainers that go on past max_steps or add
+  nothing (asynchronous workers after the chief), then every ps, then the evaluator once it
+  evaluated the final checkpoint (or ``timeouts.evaluator`` ran out); SIGTERM, then SIGKILL
+  after ``timeouts.kill``. The job succeeds when every task ended;
+- an evaluator that fails after training finished fails the job (exit status 1) with a
+  reason that says so: "training finished ..., but the evaluator failed: ..."
+  (docs/ending.md);
 - a task that ends before that, or that a monitor reports ``lost``, is judged by
   launcher/restarts.py (the restart policies, the one judge of a lost task): it is
   restarted alone, or the whole cluster is (a lost ps), or the job fails;
@@ -35,15 +40,17 @@ import os
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from launcher.backends.base import Backend, TaskHandle
+from launcher.ending import TaskView, TrainingView, end_step
 from launcher.events import EventLog
 from launcher.output.console import Console
 from launcher.output.noise import latest_state
 from launcher.plan import JobPlan, TaskPlan
 from launcher.restarts import RestartBook
+from launcher.tracebacks import Excerpt, describe, last_exception
 from orchestrator.decisions import CLUSTER, FAIL, FINISH, IGNORE, LOST, Decision, TaskState
 from orchestrator.roles import PRIMARY_ORDER, TRAINERS
 
@@ -52,6 +59,11 @@ if TYPE_CHECKING:
 
 PORT_IN_USE = ("Address already in use", "Failed to add port", "bind: address")
 TAIL_LINES = 20
+EXITING_GRACE = 1.0     # s a task dying of its own error gets before it is stopped
+SIGNALLED = (-signal.SIGTERM, -signal.SIGKILL, 128 + signal.SIGTERM, 128 + signal.SIGKILL)
+# TensorFlow's words when the script's own model_dir is not the one in TF_CONFIG.
+MODEL_DIR_MISMATCH = ("must have the same value as the model_dir in TF_CONFIG",
+                      "are set both in constructor and `RunConfig`, but with different")
 RESTART_COUNT = "TFCLUSTER_RESTART_COUNT"
 
 
@@ -67,6 +79,7 @@ class TaskRun:
     status: int | None = None
     stopped: bool = False          # ended because the launcher stopped it
     restarts: int = 0
+    last_output: float | None = None   # job-loop clock time of its last output line
     tail: collections.deque = field(default_factory=lambda: collections.deque(maxlen=TAIL_LINES))
     pump: threading.Thread | None = None
 
@@ -102,6 +115,8 @@ class JobResult:
     reason: str
     runs: list[TaskRun]
     duration: float
+    training_finished: bool = False   # training was seen done (max_steps, primary exit 0)
+    incidents: list[dict] = field(default_factory=list)   # restarts, with what each restarted
 
 
 class Readiness(Protocol):
@@ -133,7 +148,8 @@ class Job:
                  monitors: list[Monitor] | None = None, events: EventLog | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  wait: Callable[[float], object] | None = None,
-                 readiness: Readiness | None = None):
+                 readiness: Readiness | None = None,
+                 training: Callable[[], TrainingView] | None = None):
         self.plan = plan
         self.backend = backend
         self.run_dir = run_dir
@@ -152,6 +168,10 @@ class Job:
         self.interrupted: int | None = None
         self.started = clock()
         self.training_done_at: float | None = None   # when the chief or a monitor said so
+        self.training = training      # what model_dir says (the coordinator's view)
+        self.reached_at: float | None = None   # when a monitor said max_steps was reached
+        self.trainers_done_at: float | None = None   # after training: no trainer left
+        self.incidents: list[dict] = []   # one per restart decision, with its tasks
         self.wake = threading.Event()  # set when a task's output ends: it is likely exiting
         self.restarts = RestartBook(dict(plan.restart), synchronous=plan.synchronous)
         self.due: dict[str, float] = {}     # task name -> when its restart is due
@@ -196,8 +216,8 @@ class Job:
 
     @property
     def restart_count(self) -> int:
-        """Restarts so far, every task together (for progress lines)."""
-        return sum(r.restarts for r in self.runs)
+        """Restart incidents so far (a cluster restart is one, whatever it restarted)."""
+        return len(self.incidents)
 
     def snapshot(self) -> list[TaskState]:
         """Every task as monitors judge it. A task the job loop is about to restart is
@@ -222,6 +242,7 @@ class Job:
         log = open(run.log_path, mode)  # noqa: SIM115 - closed by the pump thread
         run.handle = self.backend.start(restarted(run.task, run.restarts))
         run.started, run.ended, run.status, run.stopped = self.clock(), None, None, False
+        run.last_output = None
         pid = run.handle.pid
         self.events.write("task_started", task=run.name, address=run.task.address, pid=pid,
                           restarts=run.restarts)
@@ -239,6 +260,7 @@ class Job:
                 log.flush()
                 line = raw.decode(errors="replace").rstrip("\r\n")
                 run.tail.append(latest_state(line))    # a redrawn bar: its last state
+                run.last_output = self.clock()
                 self.console.task_line(run.name, line)
         except (OSError, ValueError):
             pass
@@ -254,6 +276,8 @@ class Job:
                 status = run.handle.poll()
                 if status is not None:
                     run.status, run.ended = status, self.clock()
+                    if run.stopped and status > 0 and status not in SIGNALLED:
+                        run.stopped = False     # it failed by itself as it was stopped
                     self.events.write("task_exited", task=run.name, status=status,
                                       stopped=run.stopped, duration=round(run.duration(), 3))
                     ended.append(run)
@@ -274,7 +298,10 @@ class Job:
             return
         self.events.write("stopping", tasks=[r.name for r in runs], reason=reason,
                           signal="SIGKILL" if kill else "SIGTERM")
+        self._let_exiting_tasks_end(runs)
         for run in runs:
+            if run.handle.poll() is not None:
+                continue        # it ended by itself: reaped below with its own status
             run.stopped = True
             if not kill:
                 run.handle.terminate()
@@ -286,6 +313,19 @@ class Job:
             if run.running:
                 run.handle.kill()
         while any(r.running for r in runs):
+            self.wait(0.02)
+            self._reap()
+
+    def _let_exiting_tasks_end(self, runs: list[TaskRun]) -> None:
+        """A task whose last lines, just printed, end a traceback is dying of its own error
+        (TensorFlow's teardown takes a moment): give it up to ``EXITING_GRACE`` s, so that
+        it ends with its own status and is not reported as stopped."""
+        now = self.clock()
+        exiting = [r for r in runs if r.running and r.last_output is not None and
+                   now - r.last_output < 2 * EXITING_GRACE and
+                   last_exception(list(r.tail)) is not None]
+        deadline = now + EXITING_GRACE
+        while any(r.running for r in exiting) and self.clock() < deadline:
             self.wait(0.02)
             self._reap()
 
@@ -318,6 +358,8 @@ class Job:
                 return self._finish(128 + self.interrupted, f"interrupted by {name}")
             for run in self._take_ended():
                 failure = self._judge_exit(run, self.training_done_at is not None)
+                if failure and run.task.type == "evaluator" and self.training_done_at:
+                    failure = f"training finished, but the evaluator failed: {failure}"
                 if failure:
                     return self._fail(run, failure)
             for monitor in self.monitors:
@@ -330,6 +372,8 @@ class Job:
                     failure = self._judge_lost(decision)
                     if failure:
                         return self._finish(1, failure)
+                if decision.action == FINISH and self.reached_at is None:
+                    self.reached_at = self.clock()
                 if decision.action == FINISH and self.training_done_at is None:
                     self.console.info(decision.reason)
                     self.training_done_at = self.clock()
@@ -337,7 +381,7 @@ class Job:
             if self.training_done_at is None and primary.status == 0:
                 self.training_done_at = self.clock()
                 self.console.info(f"{primary.name} finished; waiting for the others to end")
-            if self.training_done_at is not None and self._ended_well(self.training_done_at):
+            if self.training_done_at is not None and self._ended_well():
                 return self._finish(0, "training finished and every task ended")
             failure = self._silent_ps()
             if failure:
@@ -354,7 +398,12 @@ class Job:
                 run.pump.join(timeout=2)    # its last lines tell an error from a kill
             if run.task.auto_port and any(m in line for line in run.tail for m in PORT_IN_USE):
                 raise PortConflict(f"{run.name} could not bind port {run.task.port}")
-        verdict = self.restarts.judge_exit(run.task.type, run.name, run.status, run.tail,
+        tail = list(run.tail)
+        if run.status != 0:     # the exception may be far above the last lines
+            excerpt = describe(run.log_path)
+            if excerpt is not None:
+                tail += excerpt.chain or (excerpt.exception,)
+        verdict = self.restarts.judge_exit(run.task.type, run.name, run.status, tail,
                                            finishing)
         return self._apply(verdict, run)
 
@@ -397,7 +446,11 @@ class Job:
             for member in members:
                 self.due[member.name] = due
         else:
+            members = [run]
             self.due[run.name] = due
+        self.incidents.append({"cause": run.name, "reason": verdict.reason,
+                               "scope": verdict.scope, "tasks": [m.name for m in members],
+                               "at": round(self.clock() - self.started, 3)})
         return None
 
     def _start_due(self) -> None:
@@ -414,31 +467,48 @@ class Job:
                     run.pump.join(timeout=2)
                 self.start_task(run)
 
-    def _ended_well(self, since: float) -> bool:
-        """After training: wait for trainers and the evaluator, then stop the rest."""
+    def _training(self) -> TrainingView:
+        """What model_dir says: the ``training`` callable given, else the coordinator's."""
+        source = self.training
+        if source is None:
+            from launcher.monitors import CoordinatorMonitor
+
+            source = next((m.training_view for m in self.monitors
+                           if isinstance(m, CoordinatorMonitor)), None)
+        view = source() if source is not None else TrainingView(max_steps=self.plan.max_steps)
+        if self.reached_at is not None:
+            view = replace(view, reached_at=self.reached_at)
+        return view
+
+    def _ended_well(self) -> bool:
+        """After training: apply the end rules (launcher/ending.py) once per turn; True
+        when every task ended."""
         now = self.clock()
-        waiting = []
-        # ParameterServerStrategy workers only serve the chief: once it succeeded, they are
-        # done; in other jobs every trainer gets ``finish`` to end on its own.
-        servers = self.plan.strategy == "parameter_server" and self.primary.status == 0
-        for run in self.live():
-            if run.task.type in TRAINERS and now - since < self.timeouts["finish"] and not (
-                    servers and run.task.type == "worker"):
-                waiting.append(run)
-            elif run.task.type == "evaluator" and now - since < self.timeouts["evaluator"]:
-                waiting.append(run)
-        if any(name.startswith("evaluator") for name in self.due) and \
-                now - since < self.timeouts["evaluator"]:
+        views = [TaskView(r.name, r.task.type, r.running, r.status,
+                          quiet_for=now - (r.last_output if r.last_output is not None else
+                                           r.started if r.started is not None else now),
+                          last_line=r.tail[-1] if r.tail else "",
+                          restart_due=r.name in self.due, ended_at=r.ended)
+                 for r in self.runs]
+        if self.trainers_done_at is None and not any(
+                v.type in TRAINERS and (v.running or v.restart_due) for v in views):
+            self.trainers_done_at = now
+        step = end_step(now, views, self._training(), self.timeouts, self.plan.synchronous,
+                        self.trainers_done_at, self.training_done_at)
+        if step.stop:
+            self.console.info(f"stopping {', '.join(step.stop)}: {step.reason}")
+            self.stop([r for r in self.runs if r.name in step.stop], step.reason)
             return False
-        if waiting:
-            return False
-        leftovers = self.live()
-        if leftovers:
-            self.stop(leftovers, "training ended")
-        return True
+        return step.done
 
     def _fail(self, run: TaskRun, reason: str) -> JobResult:
         self.console.info(reason)
+        if run.pump is not None:
+            run.pump.join(timeout=2)
+        excerpt = describe(run.log_path)
+        if excerpt is not None:
+            for line in excerpt_lines(run, excerpt):
+                self.console.info(line)
         if run.tail:
             self.console.info(f"last lines of {run.name} ({run.log_path}):")
             for line in run.tail:
@@ -455,7 +525,8 @@ class Job:
 
     def _finish(self, status: int, reason: str) -> JobResult:
         self.teardown(reason)
-        result = JobResult(status, reason, self.runs, self.clock() - self.started)
+        result = JobResult(status, reason, self.runs, self.clock() - self.started,
+                           self.training_done_at is not None, list(self.incidents))
         self.events.write("job_ended", status=status, reason=reason,
                           duration=round(result.duration, 3))
         return result
@@ -479,3 +550,18 @@ class Job:
     def _restore_signal_handlers(previous: dict) -> None:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+def excerpt_lines(run: TaskRun, excerpt: Excerpt) -> list[str]:
+    """The exception of a failed task, where its traceback starts, and a hint for the
+    errors the launcher can explain."""
+    where = f"traceback from line {excerpt.traceback_line} of {run.log_path}"
+    if excerpt.frame:
+        where += f", raised in {excerpt.frame}"
+    lines = [f"{run.name}: {excerpt.exception}", f"  ({where})"]
+    if any(m in excerpt.exception for m in MODEL_DIR_MISMATCH):
+        lines.append("  the script gives TensorFlow a model_dir other than the spec's, which "
+                     "TF_CONFIG carries for Estimator jobs: pass "
+                     "os.environ['TFCLUSTER_MODEL_DIR'] (the very same string), or set "
+                     "\"tf_config_model_dir\": false in the spec")
+    return lines

@@ -6,9 +6,10 @@ newest checkpoint, the latest evaluation from ``tfcluster_metrics.jsonl``), writ
 sees to the run's event log (``checkpoint``, ``checkpoint_incomplete``, ``coordinator``),
 and ends the job:
 
-- ``finish`` once the newest complete checkpoint reached max_steps: the job loop then lets
-  the trainers end on their own for ``timeouts.finish`` (and the evaluator for
-  ``timeouts.evaluator``) and stops what keeps going (trainers whose input repeats, ps);
+- ``finish`` once the newest complete checkpoint reached max_steps: the job loop's end
+  rules (launcher/ending.py) then stop trainers that keep going, the ps, and the evaluator
+  once it evaluated the final checkpoint; they read ``training_view()`` (step, final
+  checkpoint, newest evaluated step) every turn;
 - ``lost`` when a ps died while trainers run (naming it, so a restart policy can act);
 - ``fail`` when no new step or checkpoint came for ``timeouts.stall`` seconds
   (``timeouts.start`` + ``timeouts.stall`` before the first checkpoint), naming the
@@ -21,11 +22,12 @@ import collections
 import time
 from typing import Any, Callable, Protocol
 
+from launcher.ending import TrainingView
 from launcher.events import EventLog
 from launcher.output.console import Console
 from launcher.output.progress import progress_line
 from orchestrator.coordinator import Coordinator, Progress
-from orchestrator.decisions import Decision, TaskState
+from orchestrator.decisions import FINISH, Decision, TaskState
 
 PROGRESS_EVERY = 5.0     # seconds between progress lines while something changes
 PROGRESS_QUIET = 30.0    # ... and while nothing does
@@ -57,7 +59,8 @@ class CoordinatorMonitor:
         self._started: float | None = None
         self._last_line = ("", 0.0)
         self._decided: tuple[str, str] | None = None
-        self._restarts = 0
+        self._restarts = 0          # restart incidents (a cluster restart is one)
+        self._restarted = 0         # task restarts
         # What the coordinator's thread saw, written out by tick() on the job loop's
         # thread: every event lands between job_started and job_ended.
         self._seen: collections.deque = collections.deque()
@@ -80,9 +83,10 @@ class CoordinatorMonitor:
             self._started = now
             self.coordinator.start()
         self._flush()
-        restarts = sum(t.restarts for t in tasks)
-        if restarts != self._restarts:
-            self._restarts = restarts
+        restarted = sum(t.restarts for t in tasks)
+        if restarted != self._restarted:     # tasks started again in one turn: one incident
+            self._restarted = restarted
+            self._restarts += 1
             self.coordinator.note_restart()
         p = self.coordinator.progress()
         silent = self.not_answering() if self.not_answering else []
@@ -92,26 +96,31 @@ class CoordinatorMonitor:
         if decision is None:
             return None
         if self._decided != (decision.action, decision.reason):
+            if decision.action == FINISH:
+                self._maybe_print(p, now, silent, force=True)   # where training stands at its end
             self._decided = (decision.action, decision.reason)
             self.events.write("coordinator", action=decision.action, reason=decision.reason,
                               tasks=list(decision.tasks), step=p.step,
                               checkpoint=p.checkpoint.name if p.checkpoint else None)
         return decision
 
-    def _maybe_print(self, p: Progress, now: float, silent: list[str]) -> None:
+    def _maybe_print(self, p: Progress, now: float, silent: list[str],
+                     force: bool = False) -> None:
         last, at = self._last_line
-        if now - at < self.progress_every:
+        if now - at < self.progress_every and not force:
             return
         line = progress_line(p, now - (self._started or now), self._restarts, now, silent)
         if line != last or now - at >= PROGRESS_QUIET:
             self.console.progress_line(line)
             self._last_line = (line, now)
 
+    def training_view(self) -> TrainingView:
+        """What model_dir says, for the job loop's end rules."""
+        p = self.coordinator.progress()
+        return TrainingView(max_steps=p.max_steps, latest_step=p.latest_step,
+                            final_step=p.step, evaluated_step=p.evaluated_step)
+
     def close(self) -> None:
+        # The closing lines come from one last read of model_dir (launcher/closing.py).
         self.coordinator.stop()
-        if self._started is None:
-            return
-        p = self.coordinator.progress()     # no new poll: job_ended is the last event
-        if p.max_steps is not None and p.step is not None and p.step < p.max_steps:
-            self.console.info(f"note: the newest complete checkpoint is at step {p.step}, "
-                              f"short of max_steps {p.max_steps}")
+

@@ -115,10 +115,15 @@ def new_run_id(name: str) -> str:
     return f"{name}-{os.urandom(4).hex()}"
 
 
-def tf_config(cluster: dict[str, list[str]], task_type: str, index: int) -> str:
-    """TF_CONFIG for one task: the evaluator stays outside the cluster, as TensorFlow expects."""
-    return json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}},
-                      separators=(",", ":"))
+def tf_config(cluster: dict[str, list[str]], task_type: str, index: int,
+              model_dir: str | None = None) -> str:
+    """TF_CONFIG for one task: the evaluator stays outside the cluster, as TensorFlow expects.
+    ``model_dir`` (Estimator jobs) is what ``tf.estimator.RunConfig`` takes when the script
+    gives none; one it gives must be the very same string, or RunConfig raises ValueError."""
+    doc: dict = {"cluster": cluster, "task": {"type": task_type, "index": index}}
+    if model_dir is not None:
+        doc["model_dir"] = model_dir
+    return json.dumps(doc, separators=(",", ":"))
 
 
 def build_plan(
@@ -156,6 +161,9 @@ def build_plan(
     cluster = {job: [fmt(*resolved[(job, i)][:2]) for i in range(len(spec.cluster[job]))]
                for job in spec.cluster}
     shard_of = {t: n for n, t in enumerate(spec.trainers)}
+    # Keras (PSS, MWMS) ignores TF_CONFIG["model_dir"]; the Estimator reads it.
+    tf_model_dir = spec.model_dir if spec.strategy == "estimator" and \
+        spec.tf_config_model_dir else None
     hosts_env = {f"TFCLUSTER_{job.upper()}_HOSTS": ",".join(addrs)
                  for job, addrs in cluster.items()}
 
@@ -165,7 +173,7 @@ def build_plan(
         env = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
         env.update(base_env or {})
         ours = {
-            "TF_CONFIG": tf_config(cluster, job, i),
+            "TF_CONFIG": tf_config(cluster, job, i, tf_model_dir),
             "TFCLUSTER_RUN_ID": run_id,
             "TFCLUSTER_MODEL_DIR": spec.model_dir,
             "TFCLUSTER_TASK": f"{job}:{i}",

@@ -34,6 +34,8 @@ from orchestrator.policies import (
     DEFAULTS,
     NEVER,
     TRANSIENT_ERRORS,
+    VANISHED_CHECKPOINT,
+    VANISHED_ROLES,
     backoff_delay,
     scope_for,
 )
@@ -49,8 +51,10 @@ def signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
-def classify_exit(status: int, tail: Iterable[str] = ()) -> tuple[str, str]:
-    """(kind, description) of an exit status and the task's last output lines."""
+def classify_exit(status: int, tail: Iterable[str] = (), role: str | None = None
+                  ) -> tuple[str, str]:
+    """(kind, description) of an exit status and the task's last output lines (with the
+    exception line of its log, launcher/tracebacks.py, when it is further up)."""
     if status == 0:
         return OK, "exited 0"
     if status < 0:
@@ -58,6 +62,11 @@ def classify_exit(status: int, tail: Iterable[str] = ()) -> tuple[str, str]:
     if 128 < status <= 128 + 64:
         return SIGNAL, f"was killed by {signal_name(status - 128)} (exit status {status})"
     lines = list(tail)
+    if role in VANISHED_ROLES:
+        for line in reversed(lines):
+            if any(marker in line for marker in VANISHED_CHECKPOINT):
+                return TRANSIENT, (f"failed with exit status {status} (the checkpoint it read "
+                                   f"was deleted under it: keep_checkpoint_max)")
     for line in reversed(lines):
         for marker in TRANSIENT_ERRORS:
             if marker in line:
@@ -87,7 +96,7 @@ class RestartBook:
     def judge_exit(self, role: str, name: str, status: int, tail: Iterable[str],
                    finishing: bool) -> Decision:
         """What an exit the launcher did not ask for means."""
-        kind, what = classify_exit(status, tail)
+        kind, what = classify_exit(status, tail, role)
         if kind == OK:
             if role == "ps" and not finishing:
                 if self.policy_for(role).policy == ALWAYS:

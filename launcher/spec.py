@@ -20,6 +20,7 @@ TOP_LEVEL_KEYS = (
     "name", "cluster", "evaluator", "command", "model_dir", "max_steps", "epochs", "examples",
     "batch_size", "backend", "env", "workdir", "run_dir", "timeouts", "restart", "resources",
     "check_storage", "$schema", "description", "strategy", "roles",
+    "tf_config_model_dir",
 )
 ROLE_KEYS = ("command", "env", "workdir")     # what "roles": {ROLE: {...}} may override
 # How the job trains: who reads training data and what one global step is.
@@ -27,8 +28,12 @@ STRATEGIES = ("estimator", "parameter_server", "multi_worker_mirrored")
 TIMEOUT_DEFAULTS = {
     "start": 60.0,      # a task that cannot start in this time (remote checks, allocation)
     "stall": 300.0,     # no new step or checkpoint for this long ends the job
-    "finish": 30.0,     # after the chief succeeded: wait this long for workers to exit
-    "evaluator": 120.0,  # after training ended: time for the evaluator's last evaluation
+    "finish": 30.0,     # after max_steps: time for trainers that no longer train to exit
+    # After the trainers ended: time for the evaluator to evaluate the final checkpoint.
+    # TensorFlow's evaluator sleeps EvalSpec.throttle_secs (600 s by default) between two
+    # evaluations, so the final one may come 600 s after the previous one, then takes its
+    # own time; 900 s covers that (docs/ending.md).
+    "evaluator": 900.0,
     "kill": 5.0,        # SIGTERM to SIGKILL
     "poll": 1.0,        # how often the coordinator looks at model_dir
     "job": 0.0,         # the whole job's deadline (0: none); then the ordered teardown
@@ -91,6 +96,7 @@ class Spec:
     restart: dict[str, RestartPolicy] = field(default_factory=dict)
     resources: dict[str, dict[str, Any]] = field(default_factory=dict)
     check_storage: bool = True
+    tf_config_model_dir: bool = True   # Estimator jobs: TF_CONFIG["model_dir"] = model_dir
     backend_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     roles: dict[str, RoleSettings] = field(default_factory=dict)
     source: str | None = None
@@ -508,6 +514,8 @@ def validate(raw: Any, source: str | None = None) -> Spec:
         restart=_parse_restart(spec_obj["restart"]) if "restart" in spec_obj else {},
         resources=_parse_resources(spec_obj["resources"]) if "resources" in spec_obj else {},
         check_storage=expect_bool(spec_obj.get("check_storage", True), "check_storage"),
+        tf_config_model_dir=expect_bool(spec_obj.get("tf_config_model_dir", True),
+                                        "tf_config_model_dir"),
         backend_options=backend_options,
         roles=_parse_roles(spec_obj["roles"], cluster, evaluator) if "roles" in spec_obj else {},
         source=source,

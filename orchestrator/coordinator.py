@@ -9,7 +9,8 @@ checkpoint, or the chief's events file growing). ``judge(tasks)`` turns that sna
 and the tasks' states (``TaskState``, given by whoever runs the tasks) into a ``Decision``
 (orchestrator/decisions.py):
 
-- ``finish`` when the newest complete checkpoint reached max_steps;
+- ``finish`` when the newest complete checkpoint reached max_steps, or the step in the
+  chief's events file did;
 - ``lost`` when a ps died while trainers still run (they would hang for ever): the
   restart policies decide what that means;
 - ``fail`` when nothing moved for ``stall`` seconds (``startup`` + ``stall`` before the
@@ -30,6 +31,7 @@ from typing import Any, Callable
 
 from orchestrator.checkpoints import Checkpoint, CheckpointReader
 from orchestrator.decisions import FAIL, FINISH, LOST, Decision, TaskState
+from orchestrator.evaluated import EvaluationFollower
 from orchestrator.metrics_file import METRICS_FILE
 from orchestrator.roles import TRAINERS
 from orchestrator.tfformats import EVENTS_PREFIX, newest_event_step
@@ -40,6 +42,7 @@ RATE_MIN_SECS = 5.0        # ... and over at least this many (several polls, not
 METRICS_TAIL_BYTES = 16384  # a new eval line is looked for in the file's last bytes
 EVENTS_REDISCOVER_SECS = 30.0
 EVENTS_READ_MAX = 4 << 20   # bytes of new events read per poll at most
+NEAR_END_POLL_MIN = 0.1     # s: the fastest poll, close to max_steps
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,7 @@ class Progress:
     last_activity_what: str = "the coordinator started"
     latest_eval: dict[str, Any] | None = None
     events_step: int | None = None   # newest global step in the chief's events file
+    evaluated_step: int | None = None  # newest checkpoint step the evaluator evaluated
     named: str | None = None         # newest checkpoint the state file names
     incomplete: dict[str, list[str]] = field(default_factory=dict)  # name -> missing files
     polls: int = 0
@@ -109,6 +113,8 @@ class Coordinator:
         self._events_looked = -1e18
         self._metrics_size = -1
         self._finish: Decision | None = None
+        self._evaluations = EvaluationFollower(self.reader, clock=clock)
+        self._reached_at: float | None = None
 
     # ------------------------------------------------------------------ thread
     def start(self) -> Coordinator:
@@ -127,8 +133,21 @@ class Coordinator:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            self.poll_once()
-            self._stop.wait(self.poll_interval)
+            p = self.poll_once()
+            self._stop.wait(self.next_wait(p))
+
+    def next_wait(self, p: Progress) -> float:
+        """Seconds to the next poll: ``poll``, and a tenth of it (at least 0.1 s) from when
+        max_steps is less than two polls ahead until two polls after it was reached, so
+        that trainers that run past it are seen, and stopped, within fewer steps."""
+        if p.reached_max_steps and self._reached_at is None:
+            self._reached_at = self.clock()
+        near = p.max_steps is not None and (
+            (self._reached_at is not None and
+             self.clock() - self._reached_at < 2 * self.poll_interval) or
+            (not p.reached_max_steps and p.eta_secs is not None and
+             p.eta_secs <= 2 * self.poll_interval))
+        return max(NEAR_END_POLL_MIN, self.poll_interval / 10) if near else self.poll_interval
 
     # ------------------------------------------------------------------ reading
     def progress(self) -> Progress:
@@ -194,6 +213,10 @@ class Coordinator:
                         last_activity_what=f"step {step} in the events file")
         p = replace(p, eta_secs=self._eta(p), latest_eval=self._latest_eval(p.latest_eval),
                     step_at=self._history[-1][0] if self._history else None)
+        evaluated = _newest(self._evaluations.poll(), _step_of(p.latest_eval))
+        if evaluated is not None and evaluated != p.evaluated_step:
+            p = replace(p, evaluated_step=evaluated)
+            self._emit("evaluated", step=evaluated)
         return p
 
     def _emit(self, event: str, **fields: Any) -> None:
@@ -291,6 +314,13 @@ class Coordinator:
             self._finish = Decision(FINISH, f"checkpoint {p.checkpoint.name} reached "
                                             f"max_steps {p.max_steps}")
             return self._finish
+        if p.max_steps is not None and p.events_step is not None and \
+                p.events_step >= p.max_steps:
+            # Summaries come more often than checkpoints: the end rules wait
+            # ``timeouts.finish`` for a checkpoint at max_steps before they stop trainers.
+            self._finish = Decision(FINISH, f"step {p.events_step} in the chief's events file "
+                                            f"reached max_steps {p.max_steps} ({self._where(p)})")
+            return self._finish
         trainers = [t for t in tasks if t.type in TRAINERS and t.alive]
         if not trainers:
             return None
@@ -336,6 +366,16 @@ class Coordinator:
         who = f" (written by {', '.join(owners)}: is model_dir the same storage there?)" \
             if owners else ""
         return f"checkpoint {name} is incomplete, missing {', '.join(missing)}{who}"
+
+
+def _step_of(record: dict[str, Any] | None) -> int | None:
+    step = (record or {}).get("step")
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
+def _newest(*steps: int | None) -> int | None:
+    known = [s for s in steps if s is not None]
+    return max(known) if known else None
 
 
 def _names(tasks: list[TaskState]) -> str:

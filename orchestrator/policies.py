@@ -56,6 +56,16 @@ TRANSIENT_ERRORS = (
 )
 
 
+# An evaluator that reads a checkpoint the chief deletes under it (keep_checkpoint_max: the
+# default keeps 5) fails with one of these; the next checkpoint is there, so it is retried.
+VANISHED_CHECKPOINT = (
+    "Failed to find any matching files for",          # NotFoundError (restore, TF 2.15)
+    "The passed save_path is not a valid checkpoint",  # ValueError (Saver.restore)
+    "Unsuccessful TensorSliceReader constructor",
+)
+VANISHED_ROLES = ("evaluator",)
+
+
 def scope_for(role: str, synchronous: bool) -> str:
     """TASK or CLUSTER: what must restart when a task of ``role`` is lost. ``synchronous``:
     no ps and several trainers (every trainer is in every all-reduce)."""

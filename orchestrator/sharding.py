@@ -25,12 +25,26 @@ TensorFlow is imported only by the functions that build datasets.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
 
 INDEX_VAR = "TFCLUSTER_SHARD_INDEX"
 COUNT_VAR = "TFCLUSTER_NUM_SHARDS"
+# Printed once per process by the helpers below: the launcher looks for it in the trainers'
+# output to tell whether the spec's ``epochs`` had any effect (launcher/closing.py).
+SHARD_MARK = "tfcluster: reading shard"
+_announced: set[str] = set()
+
+
+def announce(how: str, shard: Shard | None = None) -> None:
+    """Say once per process (on stderr) that this task reads its part of the data."""
+    if how in _announced:
+        return
+    _announced.add(how)
+    part = f" {shard.index} of {shard.count}" if shard is not None else ""
+    print(f"{SHARD_MARK}{part} ({how})", file=sys.stderr, flush=True)
 
 
 @dataclass(frozen=True)
@@ -77,6 +91,7 @@ def shard_dataset(dataset: Any, shard: Shard | None = None) -> Any:
     ``orchestrator.steps.shard_sizes``, which the launcher's derived max_steps counts on.
     """
     shard = shard or current_shard()
+    announce("shard_dataset", shard)
     return dataset if shard.count == 1 else dataset.shard(shard.count, shard.index)
 
 
@@ -92,6 +107,7 @@ def shard_files(files: Sequence[str], shard: Shard | None = None) -> list[str]:
     if len(names) < shard.count:
         raise ValueError(f"{len(names)} files for {shard.count} shards: shard "
                          f"{len(names)} would read nothing; use shard_dataset on examples")
+    announce("shard_files", shard)
     return names[shard.index::shard.count]
 
 
@@ -115,6 +131,7 @@ def pss_dataset_fn(make_dataset: Callable[[], Any], batch_size: int, num_workers
     def dataset_fn(_input_context: Any = None) -> Any:
         import tensorflow as tf
 
+        announce(f"pss_dataset_fn, {num_workers} workers")
         dataset = make_dataset()
         if num_workers > 1:
             index = tf.distribute.coordinator.experimental_get_current_worker_index()
@@ -131,6 +148,7 @@ def mwms_data_sharding(dataset: Any) -> Any:
     under MultiWorkerMirroredStrategy (see the module docstring)."""
     import tensorflow as tf
 
+    announce("mwms_data_sharding: AutoShardPolicy.DATA")
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     return dataset.with_options(options)

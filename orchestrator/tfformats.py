@@ -101,13 +101,13 @@ def newest_event_step(data: bytes) -> tuple[int | None, int]:
     newest, consumed = None, 0
     for record, end in tfrecords(data):
         consumed = end
-        step = _event_step(record)
+        step = event_step(record)
         if step is not None and (newest is None or step > newest):
             newest = step
     return newest, consumed
 
 
-def _event_step(record: bytes) -> int | None:
+def event_step(record: bytes) -> int | None:
     """Field 2 (step, int64) of an Event; None when absent (step 0)."""
     for number, wire, value in fields(record):
         if number == 2 and wire == 0:

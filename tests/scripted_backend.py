@@ -13,6 +13,7 @@ import contextlib
 import io
 import json
 import signal
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -37,6 +38,24 @@ class Script:
     lines: list[str] = field(default_factory=list)
 
 
+class Output:
+    """A task's output as a process gives it: its lines, then end of file only once the
+    task has ended (as a pipe closes at exit)."""
+
+    def __init__(self, lines: list[bytes]):
+        self.lines = list(lines)
+        self.exited = threading.Event()
+
+    def readline(self) -> bytes:
+        if self.lines:
+            return self.lines.pop(0)
+        self.exited.wait()
+        return b""
+
+    def close_at_exit(self) -> None:
+        self.exited.set()
+
+
 class ScriptedHandle(TaskHandle):
     def __init__(self, task: TaskPlan, script: Script, clock: FakeClock):
         self.task = task
@@ -45,14 +64,15 @@ class ScriptedHandle(TaskHandle):
         self.started = clock()
         self.ended: int | None = None
         self.signals: list[int] = []
-        text = "".join(f"{line}\n" for line in script.lines)
-        self.output = io.BytesIO(text.encode())
+        self.output = Output([f"{line}\n".encode() for line in script.lines])
 
     def poll(self) -> int | None:
         s = self.script
         if self.ended is None and s.exit_at is not None and \
                 self.clock() - self.started >= s.exit_at:
             self.ended = s.status
+        if self.ended is not None:
+            self.output.close_at_exit()
         return self.ended
 
     def signal(self, sig: int) -> None:
@@ -61,6 +81,7 @@ class ScriptedHandle(TaskHandle):
             return
         if sig == signal.SIGKILL or not (sig == signal.SIGTERM and self.script.ignores_term):
             self.ended = -sig
+            self.output.close_at_exit()
 
 
 class ScriptedBackend(Backend):
@@ -108,10 +129,11 @@ class Lines(io.StringIO):
         return self.getvalue().splitlines()
 
 
-def run_job(spec_doc: dict, backend: ScriptedBackend, run_dir, monitors=(),
+def run_job(spec_doc: dict, backend: ScriptedBackend, run_dir, monitors=(), training=None,
             **plan_kwargs) -> tuple[JobResult, Lines]:
     """Run the real job loop over ``backend`` on the spec ``spec_doc`` (backend
-    "scripted"); return the result and what the console printed."""
+    "scripted"); return the result and what the console printed. ``training``: the view of
+    model_dir the end rules read (launcher.ending.TrainingView), as the coordinator gives."""
     doc = {"command": ["train"], "model_dir": str(run_dir / "model"), "backend": "scripted",
            **spec_doc}
     spec = parse_spec(json.dumps(doc))
@@ -120,5 +142,5 @@ def run_job(spec_doc: dict, backend: ScriptedBackend, run_dir, monitors=(),
     out = Lines()
     clock = backend.clock
     job = Job(plan, backend, str(run_dir / "run"), Console(out, out), list(monitors),
-              clock=clock, wait=clock.sleep)
+              clock=clock, wait=clock.sleep, training=training)
     return job.run(), out

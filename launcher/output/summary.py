@@ -1,11 +1,25 @@
-"""The closing summary: one row per task (address, exit, duration, restarts, log)."""
+"""The closing summary: one row per task (address, exit, duration, restarts, log), the
+closing lines (where training ended, restarts as incidents, launcher/closing.py's notes),
+and summary.json.
+
+Exit status rule (docs/ending.md), recorded in summary.json: 0 when training finished and
+every task ended, whatever the evaluator did short of failing; 1 when a task failed,
+including an evaluator that failed after training finished (``"training": "finished"``,
+``"evaluation": "failed"`` then say exactly that); 128+N when interrupted by signal N.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from launcher.job import TaskRun
+    from launcher.closing import Closing
+    from launcher.job import JobResult, TaskRun
+
+STATUS_RULE = ("0: training finished and every task ended (an evaluator that did not "
+               "evaluate the final checkpoint is a note, not a failure); 1: a task failed, an "
+               "evaluator failing after training finished included; 2: bad input; 128+N: "
+               "interrupted by signal N")
 
 HEADER = ("task", "address", "exit", "duration", "restarts", "log")
 
@@ -23,3 +37,42 @@ def rows_table(rows: list[tuple[str, ...]], header: tuple[str, ...] = HEADER) ->
     rows = [header, *rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def evaluation_of(result: JobResult, closing: Closing) -> str:
+    """``none``, ``evaluated``, ``not evaluated`` or ``failed`` (the evaluator failed)."""
+    failed = any(r.task.type == "evaluator" and r.status not in (None, 0) and not r.stopped
+                 for r in result.runs)
+    return "failed" if failed and closing.evaluation != "evaluated" else closing.evaluation
+
+
+def training_of(result: JobResult) -> str:
+    if result.training_finished:
+        return "finished"
+    return "interrupted" if result.status >= 128 else "failed" if result.status else "ended"
+
+
+def closing_lines(result: JobResult, closing: Closing) -> list[str]:
+    """Where training ended, each restart incident, and the notes of the last read."""
+    lines = []
+    outcome = closing.outcome_line()
+    if outcome:
+        lines.append(outcome)
+    if result.incidents:
+        n = len(result.incidents)
+        lines.append(f"{n} restart{'s' if n > 1 else ''}:")
+        lines += [f"  {i['cause']}: restarted {', '.join(i['tasks'])} ({i['reason']})"
+                  for i in result.incidents]
+    lines += [f"note: {note}" for note in closing.notes]
+    return lines
+
+
+def summary_doc(result: JobResult, closing: Closing, rows: list[dict[str, Any]]
+                ) -> dict[str, Any]:
+    """summary.json; ``rows``: one per task (launcher.api.task_rows)."""
+    return {"status": result.status, "reason": result.reason,
+            "duration": round(result.duration, 3),
+            "training": training_of(result), "evaluation": evaluation_of(result, closing),
+            "status_rule": STATUS_RULE, **closing.to_dict(),
+            "restarts": result.incidents,
+            "tasks": [{k: v for k, v in r.items() if k != "status"} for r in rows]}

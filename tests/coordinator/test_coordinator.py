@@ -4,9 +4,8 @@ on a local directory and on S3, with a clock the test moves."""
 from __future__ import annotations
 
 import json
-import struct
 
-from tf_writes import FakeTrainer
+from tf_writes import FakeTrainer, tfrecord
 
 from orchestrator.coordinator import Coordinator
 from orchestrator.decisions import TaskState
@@ -213,25 +212,6 @@ def test_checkpoints_from_before_the_job_and_restarts_get_the_startup_time(stora
     clock.now += 2
     coord.poll_once()
     assert "last sign: a restart" in coord.judge(cluster()).reason
-
-
-def tfrecord(step: int, summary: bytes = b"") -> bytes:
-    """One TFRecord holding an Event {wall_time: 1.5, step, summary} (CRCs left zero)."""
-    event = b"\x09" + struct.pack("<d", 1.5)
-    if step:
-        event += bytes([0x10]) + _varint(step)
-    if summary:
-        event += b"\x2a" + _varint(len(summary)) + summary
-    return struct.pack("<Q", len(event)) + b"\0" * 4 + event + b"\0" * 4
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
-        n >>= 7
-        if not n:
-            return bytes(out)
 
 
 def test_event_steps_are_read_from_whole_records_only():

@@ -9,6 +9,8 @@ are deleted, and the ``.meta`` is written last (Estimator layout).
 
 from __future__ import annotations
 
+import struct
+
 
 def index_header(num_shards: int) -> bytes:
     """The first table entry of a real ``.index``: empty key, BundleHeaderProto value
@@ -82,3 +84,22 @@ class FakeTrainer:
         if meta:
             self.write_meta(name)
         return name
+
+
+def tfrecord(step: int, summary: bytes = b"") -> bytes:
+    """One TFRecord holding an Event {wall_time: 1.5, step, summary} (CRCs left zero)."""
+    event = b"\x09" + struct.pack("<d", 1.5)
+    if step:
+        event += bytes([0x10]) + _varint(step)
+    if summary:
+        event += b"\x2a" + _varint(len(summary)) + summary
+    return struct.pack("<Q", len(event)) + b"\0" * 4 + event + b"\0" * 4
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)

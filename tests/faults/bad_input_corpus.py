@@ -179,6 +179,8 @@ CASES: list[tuple[str, object, list[str], str]] = [
      [], E + "strategy: parameter_server needs at least one ps and one worker"),
     ("check-storage-string", {"check_storage": "yes"}, [],
      E + "check_storage: must be true or false, got a string"),
+    ("tf-config-model-dir-string", {"tf_config_model_dir": "no"}, [],
+     E + "tf_config_model_dir: must be true or false, got a string"),
     ("resources-memory", {"resources": {"worker": {"memory": "lots"}}}, [],
      E + "resources.worker.memory: must look like '4G', '512M' or '2Gi', got 'lots'"),
     # --- command line

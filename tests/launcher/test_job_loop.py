@@ -40,20 +40,32 @@ def test_tasks_start_ps_first_and_evaluator_last(tmp_path):
 
 
 def test_chief_success_ends_the_job_and_stops_the_ps(tmp_path):
+    """Asynchronous training (a ps): only the chief saves, so once it exited 0 the workers
+    add nothing; they are stopped a poll later, then the ps (issue 10)."""
     backend = ScriptedBackend({"chief:0": [Script(exit_at=3)], "worker:0": [Script(exit_at=5)],
-                               "worker:1": [Script(exit_at=4)]})
+                               "worker:1": [Script(exit_at=4.5)]})
     result, out = run_job(spec(), backend, tmp_path)
     assert result.status == 0 and result.reason == "training finished and every task ended"
-    assert [status(result, n) for n in ("chief:0", "worker:0", "worker:1")] == ["0"] * 3
-    assert status(result, "ps:0") == "stopped (SIGTERM)"
+    assert [status(result, n) for n in ("chief:0", "worker:0", "worker:1", "ps:0")] == \
+        ["0"] + ["stopped (SIGTERM)"] * 3
     assert backend.handles["ps:0"][0].signals == [signal.SIGTERM]
     assert "chief:0 finished; waiting for the others to end" in out.getvalue()
-    assert 5 <= result.duration < 5.2      # the ps is stopped once the last worker ended
+    assert "stopping worker:0, worker:1: chief:0 saved its final checkpoint and exited" \
+        in out.getvalue()
+    assert 3 + TIMEOUTS["poll"] <= result.duration < 3 + TIMEOUTS["poll"] + 0.4
+
+
+def test_synchronous_trainers_end_together_and_get_the_finish_window(tmp_path):
+    backend = ScriptedBackend({"chief:0": [Script(exit_at=3)], "worker:0": [Script(exit_at=5)],
+                               "worker:1": [Script(exit_at=4)]})
+    result, _ = run_job(spec(cluster={"chief": 1, "worker": 2}), backend, tmp_path)
+    assert [status(result, n) for n in ("chief:0", "worker:0", "worker:1")] == ["0"] * 3
+    assert 5 <= result.duration < 5.2
 
 
 def test_a_worker_that_keeps_going_is_stopped_after_the_finish_window(tmp_path):
     backend = ScriptedBackend({"chief:0": [Script(exit_at=3)], "worker:0": [Script(exit_at=4)]})
-    result, _ = run_job(spec(), backend, tmp_path)
+    result, _ = run_job(spec(cluster={"chief": 1, "worker": 2}), backend, tmp_path)
     assert result.status == 0
     assert status(result, "worker:1") == "stopped (SIGTERM)"
     assert 3 + TIMEOUTS["finish"] <= result.duration < 3 + TIMEOUTS["finish"] + 0.2

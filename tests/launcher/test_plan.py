@@ -96,3 +96,24 @@ def test_without_ps_several_trainers_train_synchronously():
            "epochs": 1, "examples": 1000, "batch_size": 100}
     plan = plan_of(doc)
     assert plan.max_steps == 5  # one global step is a batch on both trainers
+
+
+def test_estimator_tasks_find_model_dir_in_tf_config():
+    """tf.estimator.RunConfig takes TF_CONFIG["model_dir"] when the script gives none: the
+    very same string as the spec's (TFCLUSTER_MODEL_DIR), for every task."""
+    plan = plan_of(BASE)
+    for task in plan.tasks:
+        assert json.loads(task.env["TF_CONFIG"])["model_dir"] == "m"
+        assert task.env["TFCLUSTER_MODEL_DIR"] == "m"
+
+
+def test_model_dir_in_tf_config_can_be_turned_off():
+    plan = plan_of({**BASE, "tf_config_model_dir": False})
+    assert all("model_dir" not in json.loads(t.env["TF_CONFIG"]) for t in plan.tasks)
+
+
+def test_keras_strategies_get_no_model_dir_in_tf_config():
+    mwms = plan_of({**BASE, "cluster": {"chief": 1, "worker": 1}, "evaluator": None})
+    pss = plan_of({**BASE, "strategy": "parameter_server"})
+    for plan in (mwms, pss):
+        assert all("model_dir" not in json.loads(t.env["TF_CONFIG"]) for t in plan.tasks)

@@ -1,0 +1,182 @@
+"""The closing lines: one last read of model_dir after every task ended, and what it says.
+
+The coordinator's last poll can be a second old when the job ends (the final checkpoint
+may land after it), so the end of a job is told from a fresh read: the newest complete
+checkpoint, the newest step the evaluator evaluated (its eval events or the metrics file),
+and the trainers' output (whether any read its shard through orchestrator.sharding). Each
+line names a situation a user must know about and what to do:
+
+- max_steps given, no checkpoint ever written into model_dir;
+- the newest checkpoint short of max_steps;
+- the newest checkpoint many times max_steps (the script ignores max_steps);
+- ``epochs`` given, but no trainer read its shard;
+- an evaluator ran, but the final checkpoint was not evaluated.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.checkpoints import Checkpoint, CheckpointReader
+from orchestrator.evaluated import newest_evaluated
+from orchestrator.metrics_file import METRICS_FILE
+from orchestrator.sharding import SHARD_MARK
+
+CHECKPOINT_NOTES = ("no checkpoint was written", "the newest complete checkpoint is at")
+IGNORED_FACTOR = 2          # newest checkpoint >= this x max_steps: max_steps was ignored
+RECIPE = "docs/ending.md"
+
+
+@dataclass
+class Closing:
+    """What model_dir holds at the end, and the lines to show."""
+
+    checkpoint: Checkpoint | None = None
+    max_steps: int | None = None
+    evaluated_step: int | None = None
+    has_evaluator: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def final_step(self) -> int | None:
+        return self.checkpoint.step if self.checkpoint else None
+
+    @property
+    def steps_past_max(self) -> int | None:
+        if self.final_step is None or self.max_steps is None:
+            return None
+        return self.final_step - self.max_steps
+
+    @property
+    def evaluation(self) -> str:
+        """``none`` (no evaluator), ``evaluated`` (the final checkpoint, or one at or past
+        max_steps), ``not evaluated``."""
+        if not self.has_evaluator:
+            return "none"
+        target = self.target_step
+        if target is not None and self.evaluated_step is not None and \
+                self.evaluated_step >= target:
+            return "evaluated"
+        return "not evaluated"
+
+    @property
+    def target_step(self) -> int | None:
+        """The step whose evaluation ends the evaluator's work: the final checkpoint's, or
+        max_steps when training went past it."""
+        steps = [s for s in (self.final_step, self.max_steps) if s is not None]
+        return min(steps) if steps else None
+
+    def outcome_line(self) -> str | None:
+        """Where training ended, against max_steps."""
+        ckpt = self.checkpoint
+        if ckpt is None or ckpt.step is None:
+            return None
+        line = f"final checkpoint {ckpt.name}"
+        past = self.steps_past_max
+        if past is not None:
+            line += (f", {past} step{'s' if past != 1 else ''} past max_steps {self.max_steps}"
+                     if past >= 0 else f", {-past} short of max_steps {self.max_steps}")
+        if self.has_evaluator:
+            line += (f"; evaluated at step {self.evaluated_step}"
+                     if self.evaluated_step is not None else "; never evaluated")
+        return line
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"final_checkpoint": self.checkpoint.name if self.checkpoint else None,
+                "final_step": self.final_step, "max_steps": self.max_steps,
+                "steps_past_max_steps": self.steps_past_max,
+                "evaluation": self.evaluation, "evaluated_step": self.evaluated_step,
+                "notes": list(self.notes)}
+
+
+def metrics_eval_step(reader: CheckpointReader) -> int | None:
+    """The newest step of an eval line in tfcluster_metrics.jsonl, or None."""
+    try:
+        text = reader.fs.cat_file(reader._path(METRICS_FILE)).decode("utf-8", "replace")
+    except (FileNotFoundError, OSError):
+        return None
+    steps = []
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("split", "eval") == "eval" and \
+                isinstance(record.get("step"), int):
+            steps.append(record["step"])
+    return max(steps) if steps else None
+
+
+def read_shard_marks(log_paths: Iterable[str]) -> bool:
+    """Whether any of these logs says the task read its shard (orchestrator.sharding)."""
+    mark = SHARD_MARK.encode()
+    for path in log_paths:
+        try:
+            with open(path, "rb") as f:
+                if mark in f.read():
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+def final_read(reader: CheckpointReader, max_steps: int | None, has_evaluator: bool,
+               epochs: int | None = None, trainer_logs: Iterable[str] = (),
+               model_dir: str | None = None, training_finished: bool = True,
+               seen_evaluated: int | None = None) -> Closing:
+    """Read model_dir once more and decide the closing lines. When training did not finish
+    (a task failed, an interrupt) the failure is the story: no line about where the
+    checkpoints stand. ``seen_evaluated``: the newest evaluated step the coordinator saw
+    while the job ran (an events file can be overwritten since: two writers of one name)."""
+    try:
+        ckpt = reader.newest_complete()
+        evaluated = newest_evaluated(reader, metrics_eval_step(reader)) if has_evaluator \
+            else None
+        if has_evaluator and seen_evaluated is not None:
+            evaluated = max(evaluated or seen_evaluated, seen_evaluated)
+    except OSError as e:
+        c = Closing(max_steps=max_steps, has_evaluator=has_evaluator)
+        c.notes.append(f"model_dir could not be read at the end: {type(e).__name__}: {e}")
+        return c
+    c = Closing(ckpt, max_steps, evaluated, has_evaluator)
+    notes = closing_notes(c, epochs, read_shard_marks(trainer_logs) if epochs else True,
+                          model_dir or reader.model_dir)
+    c.notes += notes if training_finished else \
+        [n for n in notes if not n.startswith(CHECKPOINT_NOTES)]
+    return c
+
+
+def closing_notes(c: Closing, epochs: int | None, shard_read: bool,
+                  model_dir: str) -> list[str]:
+    """The lines for the situations of the module docstring."""
+    notes = []
+    step, max_steps = c.final_step, c.max_steps
+    if max_steps is not None and c.checkpoint is None:
+        notes.append(f"no checkpoint was written into model_dir {model_dir} although "
+                     f"max_steps {max_steps} was given: does the script save elsewhere "
+                     f"(its own model_dir instead of TFCLUSTER_MODEL_DIR)?")
+    elif max_steps is not None and step is not None and step < max_steps:
+        notes.append(f"the newest complete checkpoint is at step {step}, short of "
+                     f"max_steps {max_steps}")
+    elif max_steps is not None and step is not None and step >= IGNORED_FACTOR * max_steps:
+        notes.append(f"the newest checkpoint {c.checkpoint.name} is {step / max_steps:.1f}x "
+                     f"max_steps {max_steps}: the script ignores max_steps. Give it to "
+                     f"TrainSpec(max_steps=int(os.environ['TFCLUSTER_MAX_STEPS'])), or run "
+                     f"the script with `python -m orchestrator.at_max_steps` ({RECIPE})")
+    if epochs is not None and not shard_read:
+        notes.append(f"epochs {epochs} had no effect on the input: no trainer read its "
+                     f"shard through orchestrator.sharding or orchestrator.epochs, so each "
+                     f"read all the data and the cluster saw every example more than "
+                     f"{epochs} time{'s' if epochs > 1 else ''} before max_steps "
+                     f"{max_steps} (docs/sharding.md)")
+    if c.has_evaluator and c.checkpoint is not None and c.evaluation != "evaluated":
+        last = (f"its last evaluation was at step {c.evaluated_step}"
+                if c.evaluated_step is not None else "it evaluated nothing")
+        notes.append(f"the final checkpoint {c.checkpoint.name} was not evaluated ({last}): "
+                     f"see the evaluator's log; TensorFlow's evaluator waits "
+                     f"EvalSpec.start_delay_secs, then throttle_secs between evaluations, "
+                     f"and timeouts.evaluator bounds that wait ({RECIPE})")
+    return notes

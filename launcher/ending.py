@@ -1,0 +1,186 @@
+"""How a job ends once training is done: who is stopped when, as a pure function.
+
+The job loop calls ``end_step`` on every turn after training was seen done (a complete
+checkpoint at or past max_steps, or the primary task exiting 0) with a snapshot of the
+tasks and of model_dir; it stops what the answer names and ends the job when it says
+``done``. The rules (docs/ending.md):
+
+1. Trainers. In asynchronous training (a ps holds the variables) only the chief saves, so
+   once it exited 0 a worker still running adds nothing to any checkpoint: stopped one
+   poll (``timeouts.poll``) after the chief's exit, time for workers that end with it.
+   Once a complete checkpoint reached max_steps, trainers whose step is past it by more
+   than asynchronous updates overshoot (``OVERSHOOT_PER_TRAINER`` steps per trainer: the
+   script ignores max_steps) are stopped in the same turn; the others (a chief running a
+   last evaluate, workers on their way out) get ``timeouts.finish`` from the moment
+   max_steps was seen (in a checkpoint or the events file) to end by themselves: without
+   a checkpoint at max_steps yet, that is also the time to write one. Synchronous
+   trainers (MultiWorkerMirroredStrategy) finish together: they get ``timeouts.finish``.
+2. Parameter servers never exit by themselves: stopped once no trainer runs or is about to
+   be restarted.
+3. The evaluator's window opens when the last trainer ended. Once it has evaluated the
+   final checkpoint (max_steps when none was written) and is idle (its last line says it
+   waits for the next checkpoint, as TensorFlow's evaluator does; or quiet for
+   ``EVAL_QUIET`` s: an evaluation of the training data or a final export may follow), it
+   is stopped: a script whose TrainSpec has no max_steps would loop for
+   ever. Otherwise it gets ``timeouts.evaluator`` from the window's opening, a restart
+   included. (TensorFlow's own evaluator exits by itself once it evaluated a checkpoint at
+   or past its max_steps; ``target_step`` is what counts as evaluated at the end.)
+4. The job is done when nothing runs and nothing is due to restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+TRAINERS = ("chief", "master", "worker")
+EVAL_QUIET = 30.0         # s of silence after its final evaluation: the evaluator is idle
+# The last line TensorFlow's evaluator prints when it waits for a new checkpoint.
+IDLE_LINES = ("before starting next eval run", "No new checkpoint ready for evaluation")
+OVERSHOOT_PER_TRAINER = 3  # asynchronous updates past max_steps that are not "training on"
+
+
+@dataclass(frozen=True)
+class TaskView:
+    """A task as the end rules see it."""
+
+    name: str
+    type: str
+    running: bool
+    status: int | None = None      # exit status once ended
+    quiet_for: float = 0.0         # s since its last output line
+    last_line: str = ""            # its last output line
+    restart_due: bool = False      # ended, and the job loop will start it again
+    ended_at: float | None = None  # job-loop clock time of its exit
+
+
+@dataclass(frozen=True)
+class TrainingView:
+    """What model_dir says (the coordinator's last poll)."""
+
+    max_steps: int | None = None
+    reached_at: float | None = None   # when a complete checkpoint >= max_steps was seen
+    latest_step: int | None = None    # the newest step known now (events or checkpoint)
+    final_step: int | None = None     # the newest complete checkpoint's step
+    evaluated_step: int | None = None  # the newest step the evaluator evaluated
+
+
+@dataclass(frozen=True)
+class EndStep:
+    """Stop ``stop`` now (``reason`` says why); ``done``: every task ended, job over."""
+
+    stop: tuple[str, ...] = ()
+    reason: str = ""
+    done: bool = False
+
+
+def end_step(now: float, tasks: Iterable[TaskView], training: TrainingView,
+             timeouts: dict[str, float], synchronous: bool,
+             trainers_done_at: float | None, done_at: float | None = None) -> EndStep:
+    """The next step of the end (see the module docstring). ``done_at``: when training was
+    seen done (max_steps reached, or the primary task exited 0; default now);
+    ``trainers_done_at``: when the last trainer ended (None while one runs)."""
+    tasks = list(tasks)
+    running = [t for t in tasks if t.running]
+    trainers = [t for t in running if t.type in TRAINERS]
+    if trainers:
+        since = training.reached_at if training.reached_at is not None else \
+            done_at if done_at is not None else now
+        return _trainers(now, since, tasks, trainers, training, timeouts, synchronous)
+    if any(t.restart_due and t.type in TRAINERS for t in tasks):
+        return EndStep()
+    ps = [t for t in running if t.type == "ps"]
+    if ps:
+        return EndStep(_names(ps), "training ended: the parameter servers are no longer "
+                                   "needed")
+    return _evaluator(now, tasks, training, timeouts, trainers_done_at)
+
+
+def _trainers(now: float, since: float, tasks: list[TaskView], trainers: list[TaskView],
+              training: TrainingView, timeouts: dict[str, float],
+              synchronous: bool) -> EndStep:
+    primary = _primary(tasks)
+    asynchronous = not synchronous and any(t.type == "ps" for t in tasks)
+    if asynchronous and primary is not None and not primary.running and primary.status == 0 \
+            and now - (primary.ended_at if primary.ended_at is not None else now) >= \
+            timeouts.get("poll", 1.0):
+        workers = [t for t in trainers if t is not primary]
+        if workers:
+            return EndStep(_names(workers), f"{primary.name} saved its final checkpoint and "
+                                            f"exited: {_names_text(workers)} "
+                                            f"add{'s' if len(workers) == 1 else ''} nothing "
+                                            f"to the model after it")
+    saved = training.final_step is not None and training.max_steps is not None and \
+        training.final_step >= training.max_steps
+    if saved and training.reached_at is not None and not synchronous and \
+            _moving(training, len([t for t in tasks if t.type in TRAINERS])):
+        return EndStep(_names(trainers), f"step {training.latest_step} is past max_steps "
+                                         f"{training.max_steps} and still moving: the "
+                                         f"script ignores max_steps")
+    if now - since >= timeouts["finish"]:
+        return EndStep(_names(trainers), f"still running {timeouts['finish']:g}s after "
+                                         f"training was done (timeouts.finish)")
+    return EndStep()
+
+
+def _evaluator(now: float, tasks: list[TaskView], training: TrainingView,
+               timeouts: dict[str, float], trainers_done_at: float | None) -> EndStep:
+    evaluators = [t for t in tasks if t.type == "evaluator"]
+    running = [t for t in evaluators if t.running]
+    due = [t for t in evaluators if t.restart_due]
+    opened = trainers_done_at if trainers_done_at is not None else now
+    window_over = now - opened >= timeouts["evaluator"]
+    if running:
+        # A running evaluator loops on: it will see the final checkpoint (TensorFlow's
+        # own exits by itself once it evaluated one at or past its max_steps).
+        target = training.final_step if training.final_step is not None else \
+            training.max_steps
+        evaluated = training.evaluated_step
+        if target is not None and evaluated is not None and evaluated >= target and \
+                all(idle(t) for t in running):
+            return EndStep(_names(running), f"the final checkpoint (step {target}) was "
+                                            f"evaluated (newest evaluation: step "
+                                            f"{evaluated})")
+        if window_over:
+            return EndStep(_names(running), f"the evaluator did not evaluate the final "
+                                            f"checkpoint within {timeouts['evaluator']:g}s "
+                                            f"(timeouts.evaluator)")
+        return EndStep()
+    if due and not window_over:
+        return EndStep()
+    return EndStep(done=True)
+
+
+def idle(task: TaskView) -> bool:
+    """Quiet for a while, or its last line says it waits for a checkpoint (a final export
+    prints: it is neither)."""
+    return task.quiet_for >= EVAL_QUIET or any(m in task.last_line for m in IDLE_LINES)
+
+
+def target_step(training: TrainingView) -> int | None:
+    """The step the evaluator must reach: max_steps, or the final checkpoint's step when
+    training ended short of it (or max_steps is not known)."""
+    steps = [s for s in (training.max_steps, training.final_step) if s is not None]
+    return min(steps) if steps else None
+
+
+def _moving(training: TrainingView, trainers: int) -> bool:
+    if training.latest_step is None or training.max_steps is None:
+        return False
+    return training.latest_step > training.max_steps + OVERSHOOT_PER_TRAINER * trainers
+
+
+def _primary(tasks: list[TaskView]) -> TaskView | None:
+    for type_ in TRAINERS:
+        found = sorted((t for t in tasks if t.type == type_), key=lambda t: t.name)
+        if found:
+            return found[0]
+    return None
+
+
+def _names(tasks: list[TaskView]) -> tuple[str, ...]:
+    return tuple(t.name for t in tasks)
+
+
+def _names_text(tasks: list[TaskView]) -> str:
+    return ", ".join(t.name for t in tasks)

@@ -1,0 +1,135 @@
+"""Real TensorFlow 2.15 jobs of scripts as users write them (tests/thirdparty/), ended by
+the launcher at max_steps with the final checkpoint evaluated.
+
+Budget: about 2.5 minutes on 2 cores (each job is 5 TensorFlow processes for 8-20 s)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+from support import PY_TF215, REPO, run_launch
+
+pytestmark = pytest.mark.tf
+THIRDPARTY = REPO / "tests" / "thirdparty"
+FIVE = {"chief": 1, "worker": 2, "ps": 1}
+
+
+def shell(script: str, *args: str) -> list[str]:
+    """The command of every task: the script under TF 2.15, arguments from the task's
+    environment (``$TFCLUSTER_MODEL_DIR``...)."""
+    return ["sh", "-c", f"exec {shlex.quote(PY_TF215)} {THIRDPARTY / script} {' '.join(args)}"]
+
+
+def launch(tmp_path: Path, doc: dict) -> tuple[object, dict, list[dict]]:
+    doc = {"model_dir": str(tmp_path / "model"), "cluster": FIVE, **doc}
+    spec = tmp_path / "cluster.json"
+    spec.write_text(json.dumps(doc))
+    run_dir = tmp_path / "run"
+    proc = run_launch(str(spec), "--quiet", "--run-dir", str(run_dir), timeout=240)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    return proc, summary, events
+
+
+STOCK = shell("stock_estimator.py", '--model_dir="$TFCLUSTER_MODEL_DIR"',
+              '--max_steps="$TFCLUSTER_MAX_STEPS"')
+
+
+@pytest.mark.parametrize("run", range(5))
+def test_a_stock_train_and_evaluate_ends_well_every_time(tmp_path, run):
+    """keep_checkpoint_max 5, a checkpoint every 20 steps, TensorFlow's own evaluator
+    evaluating during training: it may read a checkpoint the chief deletes, and is then
+    restarted; the job exits 0 with the evaluator's last evaluation at max_steps."""
+    proc, summary, _ = launch(tmp_path, {"evaluator": "localhost", "command": STOCK,
+                                         "max_steps": 300})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert summary["training"] == "finished" and summary["evaluation"] == "evaluated"
+    assert summary["evaluated_step"] >= 300
+    assert summary["final_step"] >= 300 and summary["notes"] == []
+    for incident in summary["restarts"]:     # only ever the evaluator, for a vanished file
+        assert incident["tasks"] == ["evaluator:0"]
+        assert "deleted under it" in incident["reason"]
+
+
+def test_input_for_ever_and_no_max_steps_in_the_script_ends_at_max_steps(tmp_path):
+    """Kubeflow's example: TrainSpec without max_steps, input repeated, TF's evaluator (it
+    would loop for ever). The trainers are stopped as soon as a checkpoint reached
+    max_steps, the evaluator once it evaluated the final checkpoint; the final step is
+    reported."""
+    proc, summary, events = launch(tmp_path, {
+        "evaluator": "localhost", "max_steps": 200,
+        "command": shell("kubeflow_keras_estimator.py", '"$TFCLUSTER_MODEL_DIR"'),
+        "env": {"EVAL_DELAY": "1", "EVAL_THROTTLE": "1"}})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    stops = {tuple(e["tasks"]): e["reason"] for e in events if e["event"] == "stopping"}
+    assert "still moving: the script ignores max_steps" in \
+        stops[("chief:0", "worker:0", "worker:1")]
+    assert stops[("evaluator:0",)].startswith("the final checkpoint (step ")
+    final = summary["final_step"]
+    assert final >= 200 and summary["evaluated_step"] == final
+    assert f"final checkpoint model.ckpt-{final}, {final - 200} steps past max_steps 200" \
+        in proc.stderr
+
+
+MIGRATION = shell("migration_guide_estimator.py")
+
+
+def test_a_script_without_model_dir_writes_into_the_spec_s_model_dir(tmp_path):
+    """The migration guide's Estimator gets no model_dir: TF_CONFIG carries the spec's."""
+    proc, summary, _ = launch(tmp_path, {"command": MIGRATION,
+                                         "env": {"TMPDIR": str(tmp_path)}})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted((tmp_path / "model").glob("model.ckpt-*.index"))
+    assert summary["final_checkpoint"].startswith("model.ckpt-")
+
+
+def test_without_model_dir_in_tf_config_the_closing_line_says_nothing_was_written(tmp_path):
+    proc, summary, _ = launch(tmp_path, {"command": MIGRATION, "max_steps": 3,
+                                         "tf_config_model_dir": False,
+                                         "env": {"TMPDIR": str(tmp_path)}})
+    assert not list((tmp_path / "model").glob("model.ckpt-*"))
+    assert f"note: no checkpoint was written into model_dir {tmp_path / 'model'} although " \
+           f"max_steps 3 was given" in proc.stderr
+    assert summary["final_checkpoint"] is None
+
+
+def test_a_model_dir_other_than_the_spec_s_shows_tensorflow_s_error(tmp_path):
+    proc, _, _ = launch(tmp_path, {"cluster": {"chief": 1}, "max_steps": 20, "command": shell(
+        "stock_estimator.py", f"--model_dir={tmp_path / 'model'}/", "--max_steps=20")})
+    assert proc.returncode == 1
+    assert "chief:0: ValueError: `model_dir` are set both in constructor and `RunConfig`, " \
+           "but with different values" in proc.stderr
+    assert "pass os.environ['TFCLUSTER_MODEL_DIR'] (the very same string)" in proc.stderr
+
+
+def test_the_opt_in_runner_stops_an_unmodified_script_at_max_steps(tmp_path):
+    """The same Kubeflow script under `python -m orchestrator.at_max_steps`: its TrainSpec
+    gets max_steps from TFCLUSTER_MAX_STEPS, so the chief stops there by itself."""
+    command = ["sh", "-c", f"exec {shlex.quote(PY_TF215)} -m orchestrator.at_max_steps "
+                           f"{THIRDPARTY / 'kubeflow_keras_estimator.py'} "
+                           f'"$TFCLUSTER_MODEL_DIR"']
+    proc, summary, _ = launch(tmp_path, {"max_steps": 200, "command": command,
+                                         "env": {"PYTHONPATH": str(REPO)}})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    chief = next(t for t in summary["tasks"] if t["task"] == "chief:0")
+    assert chief["exit"] == 0 and not chief["stopped"]      # it stopped by itself
+    assert 0 <= summary["steps_past_max_steps"] <= 9        # asynchronous overshoot only
+
+
+def test_tony_s_example_chief_evaluates_after_training_and_is_not_cut_short(tmp_path):
+    """TonY's example: --model_dir and --max_steps flags given the spec's ($(VAR)), a chief
+    that runs classifier.evaluate after train_and_evaluate (past max_steps, not training):
+    it ends by itself with 0; the final checkpoint is evaluated."""
+    command = [PY_TF215, str(THIRDPARTY / "tony_mnist_estimator.py"),
+               "--model_dir=$(TFCLUSTER_MODEL_DIR)", "--max_steps=$(TFCLUSTER_MAX_STEPS)"]
+    proc, summary, _ = launch(tmp_path, {
+        "evaluator": "localhost", "max_steps": 200, "command": command,
+        "env": {"EVAL_DELAY": "1", "EVAL_THROTTLE": "2", "SAVE_STEPS": "50"}})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    chief = next(t for t in summary["tasks"] if t["task"] == "chief:0")
+    assert chief["exit"] == 0 and not chief["stopped"]
+    assert summary["evaluation"] == "evaluated" and summary["evaluated_step"] >= 200
+
