@@ -72,12 +72,9 @@ def _duration(state: dict) -> str:
     if not start:
         return "-"
     end = state.get("ended") or (time.time() if state.get("state") in LIVE else start)
-    secs = max(0.0, end - start)
-    if secs < 60:
-        return f"{secs:.0f}s"
-    if secs < 3600:
-        return f"{int(secs // 60)}m{int(secs % 60):02d}s"
-    return f"{int(secs // 3600)}h{int(secs % 3600 // 60):02d}m"
+    from launcher.output.progress import duration_text
+
+    return duration_text(max(0.0, end - start))
 
 
 def _progress(state: dict) -> str:

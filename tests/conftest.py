@@ -22,3 +22,12 @@ def no_leftover_tasks():
             except psutil.NoSuchProcess:
                 pass
         pytest.fail("processes left running after the test: " + "; ".join(desc))
+
+
+@pytest.fixture
+def scripted_backend():
+    """``"backend": "scripted"`` (tests/scripted_backend.py) is registered while it runs."""
+    from scripted_backend import scripted_registered
+
+    with scripted_registered():
+        yield

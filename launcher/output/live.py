@@ -10,7 +10,7 @@ import time
 from typing import IO, Any
 
 from launcher.output.console import Console
-from launcher.output.progress import _duration, eval_text, rate_words
+from launcher.output.progress import duration_text, eval_text, rate_words
 
 REFRESH_PER_SECOND = 4
 
@@ -116,4 +116,4 @@ def task_words(tasks: list, restarts: int, elapsed: float) -> str:
     words = f"tasks: {up} up, {done} done, {restarting} restarting, {lost} lost"
     if restarts:
         words += f" · {restarts} restart{'s' if restarts > 1 else ''}"
-    return f"{words} · {_duration(elapsed)}"
+    return f"{words} · {duration_text(elapsed)}"

@@ -9,7 +9,8 @@ FIRST_METRICS = ("loss", "accuracy", "auc")   # shown first in the progress line
 QUIET_AFTER = 10.0    # seconds without a new step before the line says so (no stale rate)
 
 
-def _duration(secs: float) -> str:
+def duration_text(secs: float) -> str:
+    """Seconds as "45s", "3m07s" or "2h05m"."""
     secs = int(round(secs))
     if secs < 60:
         return f"{secs}s"
@@ -34,12 +35,12 @@ def rate_words(p: Progress, now: float | None) -> list[str]:
     figures are never shown as current."""
     quiet = None if now is None or p.step_at is None else now - p.step_at
     if quiet is not None and quiet >= QUIET_AFTER and not p.reached_max_steps:
-        return [f"no new step for {_duration(quiet)}"]
+        return [f"no new step for {duration_text(quiet)}"]
     words = []
     if p.steps_per_sec is not None:
         words.append(f"{p.steps_per_sec:.1f} steps/s")
     if p.eta_secs is not None and not p.reached_max_steps:
-        words.append(f"ETA {_duration(p.eta_secs)}")
+        words.append(f"ETA {duration_text(p.eta_secs)}")
     return words
 
 
@@ -52,7 +53,7 @@ def progress_line(p: Progress, waited: float, restarts: int = 0, now: float | No
     ckpt, step = p.checkpoint, p.latest_step
     if step is None:
         line = (f"checkpoint {ckpt.name} (save {ckpt.number}; TF2 names count saves, not steps)"
-                if ckpt else f"waiting for the first checkpoint ({_duration(waited)})")
+                if ckpt else f"waiting for the first checkpoint ({duration_text(waited)})")
     else:
         total = f"/{p.max_steps} ({100 * min(step, p.max_steps) // p.max_steps}%)" \
             if p.max_steps else ""

@@ -5,16 +5,12 @@ checkpoint, an evaluator restarted after a vanished checkpoint, the exit status 
 from __future__ import annotations
 
 import pytest
-from scripted_backend import Script, ScriptedBackend, run_job, scripted_registered
+from scripted_backend import Script, ScriptedBackend, run_job
 
 from launcher.ending import TrainingView
 from orchestrator.decisions import FINISH, Decision
 
-
-@pytest.fixture(autouse=True)
-def scripted_backend_registered():
-    with scripted_registered():
-        yield
+pytestmark = pytest.mark.usefixtures("scripted_backend")
 
 
 CLUSTER = {"chief": 1, "worker": 2, "ps": 1}

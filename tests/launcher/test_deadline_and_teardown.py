@@ -7,17 +7,14 @@ import json
 import signal
 
 import pytest
-from scripted_backend import Script, ScriptedBackend, run_job, scripted_registered
+from scripted_backend import Script, ScriptedBackend, run_job
 
 from launcher.deadline import DeadlineMonitor, deadline_monitor
 
 CLUSTER = {"chief": 1, "worker": 1, "ps": 1}
 
 
-@pytest.fixture(autouse=True)
-def scripted_backend_registered():
-    with scripted_registered():
-        yield
+pytestmark = pytest.mark.usefixtures("scripted_backend")
 
 
 def stopping_events(tmp_path) -> list[list[str]]:

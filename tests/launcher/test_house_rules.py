@@ -11,14 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from scripted_backend import scripted_registered
 from support import REPO
 
-
-@pytest.fixture(autouse=True)
-def scripted_backend_registered():
-    with scripted_registered():
-        yield
+pytestmark = pytest.mark.usefixtures("scripted_backend")
 
 
 BACKENDS = ["launcher.backends.local", "launcher.backends.ssh", "launcher.backends.slurm",

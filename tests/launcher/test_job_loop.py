@@ -7,15 +7,11 @@ from __future__ import annotations
 import signal
 
 import pytest
-from scripted_backend import Script, ScriptedBackend, run_job, scripted_registered
+from scripted_backend import Script, ScriptedBackend, run_job
 
 from launcher.job import PortConflict
 
-
-@pytest.fixture(autouse=True)
-def scripted_backend_registered():
-    with scripted_registered():
-        yield
+pytestmark = pytest.mark.usefixtures("scripted_backend")
 
 
 CLUSTER = {"chief": 1, "worker": 2, "ps": 1}
