@@ -278,7 +278,7 @@ def _execute(spec, backend, plan, command, args, run_dir, events, state,
     finally:
         console.close()
         backend.close()
-    from launcher.closing import final_read
+    from launcher.output.closing import final_read
     closing = final_read(plan.storage.reader(), plan.max_steps,
                          any(t.type == "evaluator" for t in plan.tasks), spec.epochs,
                          [r.log_path for r in result.runs if r.task.type in TRAINERS],

@@ -121,6 +121,6 @@ class CoordinatorMonitor:
                             final_step=p.step, evaluated_step=p.evaluated_step)
 
     def close(self) -> None:
-        # The closing lines come from one last read of model_dir (launcher/closing.py).
+        # The closing lines come from one last read of model_dir (launcher/output/closing.py).
         self.coordinator.stop()
 

@@ -33,7 +33,7 @@ from typing import Any, Callable
 INDEX_VAR = "TFCLUSTER_SHARD_INDEX"
 COUNT_VAR = "TFCLUSTER_NUM_SHARDS"
 # Printed once per process by the helpers below: the launcher looks for it in the trainers'
-# output to tell whether the spec's ``epochs`` had any effect (launcher/closing.py).
+# output to tell whether the spec's ``epochs`` had any effect (launcher/output/closing.py).
 SHARD_MARK = "tfcluster: reading shard"
 _announced: set[str] = set()
 

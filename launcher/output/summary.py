@@ -1,5 +1,5 @@
 """The closing summary: one row per task (address, exit, duration, restarts, log), the
-closing lines (where training ended, restarts as incidents, launcher/closing.py's notes),
+closing lines (where training ended, restarts as incidents, launcher/output/closing.py's notes),
 and summary.json.
 
 Exit status rule (docs/ending.md), recorded in summary.json: 0 when training finished and
@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from launcher.closing import Closing
     from launcher.job import JobResult, TaskRun
+    from launcher.output.closing import Closing
 
 STATUS_RULE = ("0: training finished and every task ended (an evaluator that did not "
                "evaluate the final checkpoint is a note, not a failure); 1: a task failed, an "

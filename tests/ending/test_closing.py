@@ -9,7 +9,7 @@ import json
 import fsspec
 from coordinator.tf_writes import FakeTrainer, tfrecord
 
-from launcher.closing import final_read
+from launcher.output.closing import final_read
 from orchestrator.checkpoints import CheckpointReader
 from orchestrator.sharding import SHARD_MARK
 
