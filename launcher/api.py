@@ -230,7 +230,7 @@ def execute(spec, backend, plan, command, args, on_running=None, console=None) -
     summary = {"status": result.status, "reason": result.reason, "duration": result.duration,
                "tasks": [{k: v for k, v in r.items() if k != "status"} for r in result.tasks]}
     state.finish(result.status, result.reason, summary if result.tasks else None,
-                 requeued=result.status > 128 and backend.requeued())
+                 requeued=result.status > 128 and backend.requeued(), step=result.final_step)
     return result
 
 

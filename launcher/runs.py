@@ -244,11 +244,13 @@ class RunState:
             self.on_running = None
 
     def finish(self, status: int, reason: str, summary: dict | None = None,
-               requeued: bool = False) -> None:
+               requeued: bool = False, step: int | None = None) -> None:
         """Record the end of this launcher's run: the run's end, or, when the engine
-        requeued the job (``requeued``), a run queued to resume."""
+        requeued the job (``requeued``), a run queued to resume. ``step``: where training
+        ended, from the last read of model_dir (the coordinator's last poll may be older)."""
+        ended = {"step": step} if step is not None else {}
         if requeued:
-            self.update(state="queued", status=status, summary=summary,
+            self.update(state="queued", status=status, summary=summary, **ended,
                         reason=f"requeued by Slurm ({reason}): the next attempt resumes "
                                "from the newest checkpoint", tasks=self._rows())
             return
@@ -256,7 +258,7 @@ class RunState:
         if state == "cancelled" and os.path.exists(os.path.join(self.run_dir, CANCEL_FILE)):
             reason = f"cancelled by `launch cancel` ({reason})"
         self.update(state=state, status=status, reason=reason, ended=time.time(),
-                    summary=summary, tasks=self._rows() or self.doc["tasks"])
+                    summary=summary, tasks=self._rows() or self.doc["tasks"], **ended)
 
 
 class RunLog(EventLog):

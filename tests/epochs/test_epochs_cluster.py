@@ -104,7 +104,11 @@ def test_without_the_helpers_every_trainer_reads_every_epoch(tmp_path, example, 
     batches = batches_by_task(run_dir)
     counts = id_counts(batches)
     assert set(counts) == set(range(EXAMPLES))
-    assert set(counts.values()) == {EPOCHS * trainers}      # the multiplied count
+    # Every trainer reads every epoch: examples are read up to epochs x trainers times
+    # (the multiplied count) instead of exactly `epochs` times. The launcher ends the job
+    # at max_steps (docs/ending.md), which can cut the last passes short: uneven counts.
+    assert max(counts.values()) > EPOCHS
+    assert max(counts.values()) <= EPOCHS * trainers
 
 
 def test_mwms_auto_sharding_reads_each_example_once_per_epoch(tmp_path):

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import fsspec
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # tests/: fake_tf_server
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/coordinator: tf_writes
 from tf_writes import FakeTrainer  # noqa: E402
 
 if os.environ["TFCLUSTER_TASK"].startswith("ps:"):
