@@ -59,10 +59,19 @@ def wait_for(predicate, timeout: float, what: str):
 
 
 def start_now(cluster, job: str) -> None:
-    """Slurm holds a requeued job back for two minutes (BeginTime): let it start now."""
+    """Slurm holds a requeued job back for two minutes (BeginTime): let it start now. The
+    update is repeated until the job runs: one made while Slurm still finishes the requeue
+    (the job already shown PENDING) can be overwritten by the requeue's own BeginTime."""
+    def running() -> bool:
+        state = cluster.run("squeue", "-h", "-j", job, "-o", "%T", check=False)
+        if "PENDING" in state:
+            cluster.run("scontrol", "update", f"jobid={job}", "starttime=now", check=False)
+            time.sleep(1)
+        return "RUNNING" in state
+
     wait_for(lambda: "PENDING" in cluster.run("squeue", "-h", "-j", job, "-o", "%T",
                                               check=False), 60, "the job pending again")
-    cluster.run("scontrol", "update", f"jobid={job}", "starttime=now")
+    wait_for(running, 150, "the requeued job running again")
 
 
 def test_detach_dry_run_prints_the_batch_script(tmp_path, slurm_cluster):

@@ -27,7 +27,8 @@ def tasks_left(bed, timeout: float) -> dict[str, list[str]]:
     connection waits for the link), once nothing else is left or after ``timeout`` s."""
     deadline = time.monotonic() + timeout
     while True:
-        left = {h: [p for p in procs if not p.split()[1].startswith("sshd")]
+        # a description without a command line is a process that ended while it was read
+        left = {h: [p for p in procs if len(p.split()) > 1 and not p.split()[1].startswith("sshd")]
                 for h, procs in bed.leftovers(timeout=0).items()}
         left = {h: procs for h, procs in left.items() if procs}
         if not left or time.monotonic() > deadline:
