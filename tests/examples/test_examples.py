@@ -43,8 +43,12 @@ def test_estimator_example(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     tasks = exits(summary)
     assert tasks["ps:0"] == (-15, True)          # SIGTERM from the launcher
-    for name in ("chief:0", "worker:0", "worker:1", "evaluator:0"):
+    for name in ("chief:0", "evaluator:0"):
         assert tasks[name] == (0, False), tasks
+    # a worker still closing its session a poll after the chief saved the final checkpoint
+    # and exited adds nothing to the model: the launcher stops it (docs/ending.md)
+    for name in ("worker:0", "worker:1"):
+        assert tasks[name] in ((0, False), (-15, True)), tasks
     assert "stopped (SIGTERM)" in proc.stdout + proc.stderr
     state = (tmp_path / "model" / "checkpoint").read_text()
     assert 'model_checkpoint_path: "model.ckpt-602"' in state   # 3 epochs of 20000 / 100
