@@ -6,7 +6,7 @@ the coordinator all take their roles from here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
 JOB_NAMES = ("chief", "master", "worker", "ps")   # what TF_CONFIG["cluster"] may hold
@@ -27,12 +27,6 @@ def in_start_order(cluster: Mapping[str, Sequence[T]],
     if evaluator is not None:
         out.append(("evaluator", 0, evaluator))
     return out
-
-
-def primary_type(jobs: Iterable[str]) -> str | None:
-    """The job whose task 0 is the primary: chief, else master, else worker."""
-    present = set(jobs)
-    return next((job for job in PRIMARY_ORDER if job in present), None)
 
 
 def trainer_jobs(strategy: str) -> tuple[str, ...]:
