@@ -6,8 +6,8 @@ tasks and of model_dir; it stops what the answer names and ends the job when it 
 ``done``. The rules (docs/ending.md):
 
 1. Trainers. In asynchronous training (a ps holds the variables) only the chief saves, so
-   once it exited 0 a worker still running adds nothing to any checkpoint: stopped one
-   poll (``timeouts.poll``) after the chief's exit, time for workers that end with it.
+   once it exited 0 a worker still running adds nothing to any checkpoint: stopped
+   ``WORKER_GRACE`` s after the chief's exit, time for workers that end with it.
    Once a complete checkpoint reached max_steps, trainers whose step is past it by more
    than asynchronous updates overshoot (``OVERSHOOT_PER_TRAINER`` steps per trainer: the
    script ignores max_steps) are stopped in the same turn; the others (a chief running a
@@ -38,6 +38,10 @@ EVAL_QUIET = 30.0         # s of silence after its final evaluation: the evaluat
 # The last line TensorFlow's evaluator prints when it waits for a new checkpoint.
 IDLE_LINES = ("before starting next eval run", "No new checkpoint ready for evaluation")
 OVERSHOOT_PER_TRAINER = 3  # asynchronous updates past max_steps that are not "training on"
+# s a worker of asynchronous training has after the chief's exit to end with it: one on its
+# way out ends within seconds on every backend (a container or a Slurm step reports its
+# exit late); one still sleeping in TensorFlow's start delay (5*(i+1) s) is not waited for.
+WORKER_GRACE = 10.0
 
 
 @dataclass(frozen=True)
@@ -103,7 +107,7 @@ def _trainers(now: float, since: float, tasks: list[TaskView], trainers: list[Ta
     asynchronous = not synchronous and any(t.type == "ps" for t in tasks)
     if asynchronous and primary is not None and not primary.running and primary.status == 0 \
             and now - (primary.ended_at if primary.ended_at is not None else now) >= \
-            timeouts.get("poll", 1.0):
+            max(WORKER_GRACE, timeouts.get("poll", 1.0)):
         workers = [t for t in trainers if t is not primary]
         if workers:
             return EndStep(_names(workers), f"{primary.name} saved its final checkpoint and "

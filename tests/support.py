@@ -105,3 +105,10 @@ def launched(*args: str, env: dict | None = None) -> Iterator[subprocess.Popen]:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def ended_well(row: dict) -> bool:
+    """A worker of asynchronous training ended well: it exited 0, or it was still closing
+    its session when the launcher stopped it, after the chief saved the final checkpoint
+    and exited (docs/ending.md)."""
+    return (row["exit"], row["stopped"]) in ((0, False), (-15, True))

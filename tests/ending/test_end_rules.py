@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from launcher.ending import EVAL_QUIET, EndStep, TaskView, TrainingView, end_step
+from launcher.ending import EVAL_QUIET, WORKER_GRACE, EndStep, TaskView, TrainingView, end_step
 
 TIMEOUTS = {"finish": 30.0, "evaluator": 900.0, "poll": 1.0}
 
@@ -24,12 +24,12 @@ def step(tasks, training=TRAINING, now=100.0, sync=False,
     return end_step(now, tasks, training, TIMEOUTS, sync, trainers_done_at)
 
 
-EXITED = {"running": False, "status": 0, "ended_at": 99.0}
+EXITED = {"running": False, "status": 0, "ended_at": 100.0 - WORKER_GRACE}
 
 
-def test_workers_go_at_once_when_the_chief_of_asynchronous_training_exited():
-    just = step(cluster(chief_0=dict(EXITED, ended_at=99.5)))
-    assert just == EndStep()                # a poll for workers that end with it
+def test_workers_go_soon_after_the_chief_of_asynchronous_training_exited():
+    just = step(cluster(chief_0=dict(EXITED, ended_at=100.5 - WORKER_GRACE)))
+    assert just == EndStep()                # time for workers that end with it
     s = step(cluster(chief_0=EXITED))
     assert s.stop == ("worker:0", "worker:1")
     assert s.reason.startswith("chief:0 saved its final checkpoint and exited")

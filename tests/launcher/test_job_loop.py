@@ -9,6 +9,7 @@ import signal
 import pytest
 from scripted_backend import Script, ScriptedBackend, run_job
 
+from launcher.ending import WORKER_GRACE
 from launcher.job import PortConflict
 
 pytestmark = pytest.mark.usefixtures("scripted_backend")
@@ -37,18 +38,17 @@ def test_tasks_start_ps_first_and_evaluator_last(tmp_path):
 
 def test_chief_success_ends_the_job_and_stops_the_ps(tmp_path):
     """Asynchronous training (a ps): only the chief saves, so once it exited 0 the workers
-    add nothing; they are stopped a poll later, then the ps (issue 10)."""
-    backend = ScriptedBackend({"chief:0": [Script(exit_at=3)], "worker:0": [Script(exit_at=5)],
-                               "worker:1": [Script(exit_at=4.5)]})
+    add nothing; they get WORKER_GRACE to end with it, then the ps is stopped (issue 10)."""
+    backend = ScriptedBackend({"chief:0": [Script(exit_at=3)], "worker:0": [Script(exit_at=20)],
+                               "worker:1": [Script(exit_at=3 + WORKER_GRACE - 1)]})
     result, out = run_job(spec(), backend, tmp_path)
     assert result.status == 0 and result.reason == "training finished and every task ended"
     assert [status(result, n) for n in ("chief:0", "worker:0", "worker:1", "ps:0")] == \
-        ["0"] + ["stopped (SIGTERM)"] * 3
+        ["0", "stopped (SIGTERM)", "0", "stopped (SIGTERM)"]
     assert backend.handles["ps:0"][0].signals == [signal.SIGTERM]
     assert "chief:0 finished; waiting for the others to end" in out.getvalue()
-    assert "stopping worker:0, worker:1: chief:0 saved its final checkpoint and exited" \
-        in out.getvalue()
-    assert 3 + TIMEOUTS["poll"] <= result.duration < 3 + TIMEOUTS["poll"] + 0.4
+    assert "stopping worker:0: chief:0 saved its final checkpoint and exited" in out.getvalue()
+    assert 3 + WORKER_GRACE <= result.duration < 3 + WORKER_GRACE + 0.4
 
 
 def test_synchronous_trainers_end_together_and_get_the_finish_window(tmp_path):

@@ -71,7 +71,14 @@ def start_now(cluster, job: str) -> None:
 
     wait_for(lambda: "PENDING" in cluster.run("squeue", "-h", "-j", job, "-o", "%T",
                                               check=False), 60, "the job pending again")
-    wait_for(running, 240, "the requeued job running again")
+    try:
+        wait_for(running, 240, "the requeued job running again")
+    except AssertionError as e:      # say why Slurm holds it back
+        why = "\n".join(cluster.run(*argv, check=False) for argv in (
+            ("squeue", "-h", "-j", job, "-o", "%T %r %S"), ("sinfo", "-h", "-N", "-o", "%N %T %E"),
+            ("scontrol", "show", "job", job)))
+        log = (cluster.root / "log" / "slurmctld.log").read_text()[-3000:]
+        raise AssertionError(f"{e}\n{why}\n{log}") from None
 
 
 def test_detach_dry_run_prints_the_batch_script(tmp_path, slurm_cluster):
