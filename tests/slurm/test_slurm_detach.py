@@ -59,18 +59,30 @@ def wait_for(predicate, timeout: float, what: str):
 
 
 def start_now(cluster, job: str) -> None:
-    """Slurm holds a requeued job back for two minutes (BeginTime): let it start now. The
-    update is repeated until the job runs: one made while Slurm still finishes the requeue
-    (the job already shown PENDING) can be overwritten by the requeue's own BeginTime."""
+    """Slurm holds a requeued job back for two minutes (BeginTime): let it start now, but
+    only once its nodes are idle again. Started while they still complete the first run
+    (or in the second they finished it), the job is killed ("Job credential revoked"). The update is repeated until the job
+    runs: one made while Slurm still finishes the requeue can be overwritten by the
+    requeue's own BeginTime."""
+    def state() -> str:
+        return cluster.run("squeue", "-h", "-j", job, "-o", "%T", check=False).strip()
+
+    def nodes_idle() -> bool:
+        return set(cluster.run("sinfo", "-h", "-N", "-o", "%T", check=False).split()) == \
+            {"idle"}
+
     def running() -> bool:
-        state = cluster.run("squeue", "-h", "-j", job, "-o", "%T", check=False)
-        if "PENDING" in state:
+        now = state()
+        assert now in ("PENDING", "CONFIGURING", "RUNNING"), \
+            cluster.run("scontrol", "show", "job", job, check=False)
+        if now == "PENDING":
             cluster.run("scontrol", "update", f"jobid={job}", "starttime=now", check=False)
             time.sleep(1)
-        return "RUNNING" in state
+        return now == "RUNNING"
 
-    wait_for(lambda: "PENDING" in cluster.run("squeue", "-h", "-j", job, "-o", "%T",
-                                              check=False), 60, "the job pending again")
+    wait_for(lambda: state() == "PENDING" and nodes_idle(), 120,
+             "the job pending again on idle nodes")
+    time.sleep(2)    # slurmd compares a credential's time with the revocation's, by the second
     try:
         wait_for(running, 240, "the requeued job running again")
     except AssertionError as e:      # say why Slurm holds it back
@@ -98,9 +110,6 @@ def test_detach_dry_run_prints_the_batch_script(tmp_path, slurm_cluster):
 
 
 @pytest.mark.tf
-@pytest.mark.skipif(os.environ.get("CI") == "true",
-                    reason="on a clean CI machine the test bed's slurmctld left the requeued "
-                           "job pending for over 4 minutes in 3 of 4 runs; run it by hand")
 def test_detached_job_runs_to_the_end_and_a_requeue_resumes_it(tmp_path, runs,
                                                               slurm_cluster):
     spec = write_spec(tmp_path, name="slurm-requeue", evaluator=None, max_steps=500,
