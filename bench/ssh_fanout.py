@@ -54,7 +54,7 @@ def one_run(bed, n: int, multiplex: bool, options: dict[str, str] | None = None,
            "workdir": str(REPO),
            "ssh": bed.ssh_section(multiplex=multiplex, options=options or {})}
     spec = validate(raw)
-    backend = SSHBackend(spec, SSHBackend.validate_options(raw["ssh"], "ssh"))
+    backend = SSHBackend(SSHBackend.validate_options(raw["ssh"], "ssh"))
     plan = build_plan(spec, port_for=backend.allocate_port)
     handles = []
     cpu0 = local_cpu()

@@ -82,13 +82,19 @@ def resolve_spec(spec, overrides: dict[str, Any] | None = None):
 
 
 def _backend(spec, local: bool):
+    """The spec's backend (``--local``: the local one) built from its options, then told
+    what the job asks of it (``Backend.accept``): it never sees the spec."""
     from launcher.backends import backend_class
+    from launcher.plan import reservation
 
     name = "local" if local else spec.backend
     for section, raw in spec.backend_options.items():
         backend_class(section).validate_options(raw, section)
     cls = backend_class(name)
-    return cls(spec, cls.validate_options(spec.backend_options.get(name), name))
+    options = cls.validate_options(spec.backend_options.get(name), name)
+    backend = cls(options, remap=True) if local and spec.backend != "local" else cls(options)
+    backend.accept(reservation(spec))
+    return backend
 
 
 def _check_command(spec, command: list[str] | None) -> None:
@@ -150,7 +156,7 @@ def start(spec, backend, command: list[str] | None, options, console=None) -> Ru
 def make_plan(spec, backend, command, run_id: str | None = None):
     from launcher.plan import build_plan
 
-    return build_plan(spec, port_for=backend.allocate_port, host_for=backend.host_for,
+    return build_plan(spec, port_for=backend.allocate_port, place=backend.place,
                       command=command, run_id=run_id, backend=backend.name,
                       base_env={"TFCLUSTER_RESTART_COUNT": str(backend.attempt())})
 

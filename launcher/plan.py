@@ -4,6 +4,9 @@ One TF_CONFIG, environment and command per task, and everything the run needs to
 well: timeouts, restart policies, per-task resources, the storage check setting, and
 model_dir as the launcher reads it (launcher/model_dir.py). Plain data: --dry-run --json
 and plan.json show it whole (secrets masked).
+
+Before the plan exists, a backend learns what the job asks of it from a ``Reservation``
+(``reservation(spec)``): enough to size a Slurm allocation or name Kubernetes' pods.
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ class TaskPlan:
     # the command as the spec gives it, before $(VAR) expansion (Kubernetes expands it in
     # the pod); None when it has nothing to expand
     raw_command: list[str] | None = None
+    # the spec's own variables of this task, as written (Kubernetes puts them last in the
+    # pod, for the kubelet to expand their $(VAR))
+    raw_env: dict[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -93,6 +99,37 @@ class JobPlan:
         return json.dumps(self.to_dict(), indent=2)
 
 
+@dataclass(frozen=True)
+class Reservation:
+    """What a job asks of its backend before its plan exists, as plain data: the backend
+    checks it and keeps what placement needs (``Backend.accept``), then acquires it
+    (``Backend.prepare``: a Slurm allocation). ``reservation(spec)`` builds it."""
+
+    name: str
+    # (role, index, the spec's address) of every task: the cluster's jobs in the spec's
+    # order, then the evaluator
+    tasks: tuple[tuple[str, int, Address], ...]
+    resources: dict[str, dict[str, Any]] = field(default_factory=dict)  # the spec's section
+    restart: dict[str, RestartPolicy] = field(default_factory=dict)     # the spec's own rules
+
+    @property
+    def roles(self) -> dict[str, int]:
+        """Role -> number of tasks, in the order of ``tasks``."""
+        out: dict[str, int] = {}
+        for role, _, _ in self.tasks:
+            out[role] = out.get(role, 0) + 1
+        return out
+
+
+def reservation(spec: Spec) -> Reservation:
+    """The one way from a spec to what its backend is asked to reserve."""
+    tasks = [(job, i, a) for job, addrs in spec.cluster.items() for i, a in enumerate(addrs)]
+    if spec.evaluator is not None:
+        tasks.append(("evaluator", 0, spec.evaluator))
+    return Reservation(spec.name, tuple(tasks), {k: dict(v) for k, v in spec.resources.items()},
+                       dict(spec.restart))
+
+
 def max_steps_of(spec: Spec) -> int | None:
     """max_steps as given, or derived from epochs/examples/batch_size and the trainers."""
     if spec.max_steps is not None:
@@ -129,7 +166,7 @@ def tf_config(cluster: dict[str, list[str]], task_type: str, index: int,
 def build_plan(
     spec: Spec,
     port_for: Callable[[str], int],
-    host_for: Callable[[str], str] = lambda h: h,
+    place: Callable[[str, int, Address], Address] = lambda role, index, address: address,
     command: list[str] | None = None,
     run_id: str | None = None,
     base_env: dict[str, str] | None = None,
@@ -137,8 +174,9 @@ def build_plan(
 ) -> JobPlan:
     """Resolve hosts and ports and give every task its TF_CONFIG, environment and command.
 
-    ``host_for`` maps a spec host to the address tasks use (``--local`` maps all to
-    localhost); ``port_for(host)`` picks a free port for an address without one.
+    ``place(role, index, address)`` is where the backend puts the task whose spec address
+    that is (``Backend.place``: ``--local`` maps every host to localhost, Slurm a label to
+    its node); ``port_for(host)`` picks a free port for an address placed without one.
     """
     run_id = run_id or new_run_id(spec.name)
     max_steps = max_steps_of(spec)
@@ -146,14 +184,14 @@ def build_plan(
     if missing:
         raise ValueError(f"no command for {missing[0]}: give one in the spec or after --")
 
-    def resolve(addr: Address) -> tuple[str, int, bool]:
-        host = host_for(addr.host)
-        if addr.port is not None:
-            return host, addr.port, False
-        return host, port_for(host), True
+    def resolve(job: str, i: int, addr: Address) -> tuple[str, int, bool]:
+        placed = place(job, i, addr)
+        if placed.port is not None:
+            return placed.host, placed.port, False
+        return placed.host, port_for(placed.host), True
 
     roles: list[tuple[str, int, Address]] = in_start_order(spec.cluster, spec.evaluator)
-    resolved = {(job, i): resolve(a) for job, i, a in roles}
+    resolved = {(job, i): resolve(job, i, a) for job, i, a in roles}
 
     def fmt(host: str, port: int) -> str:
         return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -196,8 +234,9 @@ def build_plan(
         argv = spec.command_for(job, command)
         expanded = expand_args(argv, env)
         tasks.append(TaskPlan(job, i, host, port, expanded, env, spec.workdir_for(job), auto,
-                              resources_for(spec, job),
-                              raw_command=argv if expanded != argv else None))
+                              resources_for(spec.resources, job),
+                              raw_command=argv if expanded != argv else None,
+                              raw_env=spec.env_for(job)))
     return JobPlan(run_id, spec.name, spec.model_dir, max_steps, tasks, spec.strategy,
                    backend=backend or spec.backend, timeouts=dict(spec.timeouts),
                    restart=restart_policies(spec), check_storage=spec.check_storage,

@@ -143,10 +143,10 @@ def backend_names() -> tuple[str, ...]:
     return names()
 
 
-def resources_for(spec: Spec, role: str) -> dict[str, Any]:
-    """resources.default overlaid with resources.<role>."""
-    res = dict(spec.resources.get("default", {}))
-    res.update(spec.resources.get(role, {}))
+def resources_for(resources: dict[str, dict[str, Any]], role: str) -> dict[str, Any]:
+    """A spec's ``resources``: resources.default overlaid with resources.<role>."""
+    res = dict(resources.get("default", {}))
+    res.update(resources.get(role, {}))
     return res
 
 

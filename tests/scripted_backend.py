@@ -90,8 +90,8 @@ class ScriptedBackend(Backend):
     name = "scripted"
     local_processes = True
 
-    def __init__(self, scripts: dict[str, list[Script]], spec=None, options=None):
-        super().__init__(spec, options)
+    def __init__(self, scripts: dict[str, list[Script]], options=None):
+        super().__init__(options)
         self.scripts = scripts
         self.clock = FakeClock()
         self.starts: list[tuple[float, str]] = []
@@ -137,7 +137,7 @@ def run_job(spec_doc: dict, backend: ScriptedBackend, run_dir, monitors=(), trai
     doc = {"command": ["train"], "model_dir": str(run_dir / "model"), "backend": "scripted",
            **spec_doc}
     spec = parse_spec(json.dumps(doc))
-    plan = build_plan(spec, port_for=backend.allocate_port, host_for=backend.host_for,
+    plan = build_plan(spec, port_for=backend.allocate_port, place=backend.place,
                       backend=backend.name, **plan_kwargs)
     out = Lines()
     clock = backend.clock

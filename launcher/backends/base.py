@@ -5,6 +5,11 @@ start one task, and hand back a handle the job loop can poll, signal and read ou
 The job loop (launcher/job.py) owns the policy: start order, the end, restarts, teardown.
 Engines that submit whole jobs (Slurm, Kubernetes) also render what they submit
 (``describe``), printed by ``--dry-run``.
+
+A backend never sees the spec. It is built from its options; ``accept`` gives it the
+job's Reservation (launcher/plan.py: names, tasks and their spec addresses, resources),
+``prepare`` acquires it, ``place`` puts each task while the plan is built; from then on
+every call takes the plan (``preflight``, ``describe``, ``submit``) or a task of it.
 """
 
 from __future__ import annotations
@@ -15,8 +20,8 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
-    from launcher.plan import JobPlan, TaskPlan
-    from launcher.spec import Spec
+    from launcher.plan import JobPlan, Reservation, TaskPlan
+    from launcher.spec import Address
 
 
 @dataclass
@@ -75,8 +80,7 @@ class Backend(ABC):
     # launcher goes on as a daemon on this machine.
     detached_by_engine: ClassVar[bool] = False
 
-    def __init__(self, spec: Spec, options: Any = None):
-        self.spec = spec
+    def __init__(self, options: Any = None):
         self.options = options
 
     @classmethod
@@ -94,9 +98,16 @@ class Backend(ABC):
                             f"unknown key: backend {cls.name!r} takes no options")
         return {}
 
-    def host_for(self, host: str) -> str:
-        """The address tasks use to reach ``host`` (the local backend maps all to localhost)."""
-        return host
+    def accept(self, reservation: Reservation) -> None:
+        """What the job asks of this backend, before its plan exists (``--dry-run`` too):
+        SpecError when the backend cannot run it; else the backend keeps what placement and
+        the engine's own objects need (Slurm's allocation, Kubernetes' pod names)."""
+
+    def place(self, role: str, index: int, address: Address) -> Address:
+        """Where task ``role:index``, given ``address`` by the spec, runs: the address the
+        other tasks use to reach it (the local backend maps every host to localhost; a
+        Kubernetes task is its pod). A port of None is picked by ``allocate_port``."""
+        return address
 
     @abstractmethod
     def allocate_port(self, host: str) -> int:
@@ -104,7 +115,8 @@ class Backend(ABC):
 
     def preflight(self, plan: JobPlan) -> None:
         """Check every host before anything starts; raise PreflightError naming each one
-        that failed. Nothing may be left running."""
+        that failed. Nothing may be left running. The run's plan: a backend keeps what
+        ``start`` needs of it (its timeouts)."""
 
     def probe(self, task: TaskPlan, argv: list[str], timeout: float) -> ProbeResult:
         """Run a short command where ``task`` would run, with its environment."""
@@ -115,8 +127,9 @@ class Backend(ABC):
         """Start one task; its process runs in a process group of its own."""
 
     def prepare(self) -> None:
-        """Acquire what the plan depends on, before it is built (a Slurm allocation: its
-        nodes are the tasks' hosts). Not called for ``--dry-run``; ``close`` releases it."""
+        """Acquire what ``accept`` was asked for, before the plan is built (a Slurm
+        allocation: its nodes are the tasks' hosts). Not called for ``--dry-run``;
+        ``close`` releases it."""
 
     def describe(self, plan: JobPlan) -> str | None:
         """What ``--dry-run`` prints besides the task list (a batch script, YAML)."""

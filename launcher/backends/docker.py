@@ -27,6 +27,7 @@ by SIGKILL) it removes every container labelled with the run, and the network th
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shlex
@@ -43,7 +44,7 @@ from launcher.errors import PreflightError, SpecError
 from launcher.model_dir import ModelDir
 from launcher.plan import JobPlan, TaskPlan
 from launcher.processes import die_with_parent, free_port, port_taken, task_environ
-from launcher.spec import Spec
+from launcher.spec import Address
 
 DEFAULT_IMAGE = "tfcluster:tf2.15"
 HOST_NETWORK = "host"
@@ -166,8 +167,8 @@ class DockerBackend(Backend):
     OPTIONS = DockerOptions
     options: DockerOptions
 
-    def __init__(self, spec: Spec, options: DockerOptions | None = None):
-        super().__init__(spec, options if options is not None else DockerOptions())
+    def __init__(self, options: DockerOptions | None = None):
+        super().__init__(options if options is not None else DockerOptions())
         self._ports: set[int] = set()
         self._host_ports: dict[str, set[int]] = {}
         self._run_id: str | None = None
@@ -228,8 +229,8 @@ class DockerBackend(Backend):
         return out
 
     # ------------------------------------------------------------------ the interface
-    def host_for(self, host: str) -> str:
-        return "localhost" if self.host_network else host
+    def place(self, role: str, index: int, address: Address) -> Address:
+        return dataclasses.replace(address, host="localhost") if self.host_network else address
 
     def allocate_port(self, host: str) -> int:
         if self.host_network:

@@ -26,6 +26,7 @@ runs where this was written: that path is tested against a fake kubectl (docs/ku
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -39,12 +40,9 @@ from typing import Any
 from launcher.backends.base import Backend, ProbeResult, TaskHandle
 from launcher.backends.options import option
 from launcher.errors import PreflightError, SpecError
-from launcher.plan import JobPlan, TaskPlan
+from launcher.plan import JobPlan, Reservation, TaskPlan
 from launcher.redact import redact_env
-from launcher.spec import (
-    Address,
-    Spec,
-)
+from launcher.spec import Address, RestartPolicy
 
 MODES = ("tfjob", "plain", "jobset")
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
@@ -128,11 +126,26 @@ class KubernetesBackend(Backend):
     options: KubernetesOptions
     reachable = False   # pod addresses are cluster-internal: the engine's state alone
 
-    def __init__(self, spec: Spec, options: KubernetesOptions | None = None):
-        super().__init__(spec, options or KubernetesOptions())
-        self.job = k8s_name(spec.name)
-        self._check_name_lengths()
-        for role, policy in spec.restart.items():
+    def __init__(self, options: KubernetesOptions | None = None):
+        super().__init__(options or KubernetesOptions())
+        self.job = "job"                           # the job's name as Kubernetes takes it
+        self.replicas: dict[str, int] = {}         # role -> tasks, the evaluator included
+        self.restart: dict[str, RestartPolicy] = {}   # the spec's own rules: JobSet's
+        self.plan: JobPlan | None = None
+        self.applied = False
+        self._pods: list[dict] = []
+        self._pods_at = 0.0
+        self._lock = threading.Lock()
+        self.handles: list[KubernetesHandle] = []
+
+    # ------------------------------------------------------------------ reservation
+    def accept(self, reservation: Reservation) -> None:
+        """The job's names, replicas and the restart rules JobSet is to carry: every pod
+        name fits in a DNS label, and a rule is one JobSet can express."""
+        self.job = k8s_name(reservation.name)
+        self.replicas = reservation.roles
+        self._check_name_lengths(reservation.name)
+        for role, policy in reservation.restart.items():
             if policy.policy == "never":
                 continue
             if self.options.mode != "jobset":
@@ -144,29 +157,19 @@ class KubernetesBackend(Backend):
                 raise SpecError(f"restart.{role}", "policy \"always\" cannot be given to "
                                                    "JobSet (a pod that exits 0 is complete): "
                                                    "use \"on-failure\"")
-        self._place_tasks_at_pods()
-        self.plan: JobPlan | None = None
-        self.applied = False
-        self._pods: list[dict] = []
-        self._pods_at = 0.0
-        self._lock = threading.Lock()
-        self.handles: list[KubernetesHandle] = []
+        self.restart = dict(reservation.restart)
 
-    # ------------------------------------------------------------------ spec
-    def _check_name_lengths(self) -> None:
-        longest = max(len(self.spec.cluster[j]) for j in self.spec.cluster)
+    def _check_name_lengths(self, name: str) -> None:
+        longest = max(self.replicas.values())
         worst = f"{self.job}-evaluator-{'0-' if self.options.mode == 'jobset' else ''}" \
                 f"{longest - 1}"
         if len(worst) > 63:
-            raise SpecError("name", f"{self.spec.name!r} is too long for Kubernetes: pod names "
+            raise SpecError("name", f"{name!r} is too long for Kubernetes: pod names "
                                     f"like {worst!r} must be at most 63 characters")
 
     def roles(self) -> dict[str, int]:
         """Role -> number of tasks, the evaluator included."""
-        out = {job: len(addrs) for job, addrs in self.spec.cluster.items()}
-        if self.spec.evaluator is not None:
-            out["evaluator"] = 1
-        return out
+        return self.replicas
 
     def pod_host(self, role: str, index: int) -> str:
         """The DNS name of a task's pod (the operator's naming in tfjob mode)."""
@@ -177,15 +180,11 @@ class KubernetesBackend(Backend):
             return f"{self.job}-{role}-0-{index}.{self.job}.{ns}.svc"
         return f"{self.job}-{role}-{index}.{self.job}-{role}.{ns}.svc"
 
-    def _place_tasks_at_pods(self) -> None:
-        """Every task's address becomes its pod's DNS name and port: the plan built from the
-        spec then carries the TF_CONFIG each pod gets."""
-        port = self.options.port
-        for job, addrs in self.spec.cluster.items():
-            self.spec.cluster[job] = [Address(self.pod_host(job, i), port)
-                                      for i in range(len(addrs))]
-        if self.spec.evaluator is not None:
-            self.spec.evaluator = Address(self.pod_host("evaluator", 0), port)
+    def place(self, role: str, index: int, address: Address) -> Address:
+        """Every task is its pod, at its DNS name and ``kubernetes.port``: the plan then
+        carries the TF_CONFIG each pod gets."""
+        return dataclasses.replace(address, host=self.pod_host(role, index),
+                                   port=self.options.port)
 
     def allocate_port(self, host: str) -> int:
         return self.options.port
@@ -231,7 +230,7 @@ class KubernetesBackend(Backend):
         shift = False
         # the spec's own values go last, as written: the kubelet expands their $(VAR) from
         # the variables before them, as the launcher does for other backends
-        own = {k: v for k, v in self.spec.env_for(role).items() if k in env}
+        own = {k: v for k, v in task.raw_env.items() if k in env}
         if redact:
             own = {k: env[k] if env[k] == "***" else v for k, v in own.items()}
         ordered = [(k, v) for k, v in env.items() if k not in own] + list(own.items())
@@ -276,8 +275,7 @@ class KubernetesBackend(Backend):
             c["workingDir"] = task.cwd
         if self.options.env_from_secrets:
             c["envFrom"] = [{"secretRef": {"name": s}} for s in self.options.env_from_secrets]
-        res = dict(self.spec.resources.get("default", {}))
-        res.update(self.spec.resources.get(role, {}))
+        res = task.resources
         requests: dict[str, str] = {}
         limits: dict[str, str] = {}
         if res.get("cpus"):
@@ -330,7 +328,7 @@ class KubernetesBackend(Backend):
         for role, count in roles.items():
             pod = self._pod_spec(plan, role, redact)
             pod["restartPolicy"] = "Never"
-            policy = self.spec.restart.get(role)
+            policy = self.restart.get(role)
             per_index = policy.max_restarts if policy and policy.policy != "never" and \
                 role != "ps" else 0
             job_spec: dict[str, Any] = {
@@ -364,7 +362,7 @@ class KubernetesBackend(Backend):
         """tfcluster's restart rules as JobSet's: a lost ps restarts the whole cluster (the
         JobSet is recreated, up to the ps policy's max_restarts); any other Job that failed
         (its tasks' own restarts used up) fails the JobSet."""
-        ps = self.spec.restart.get("ps")
+        ps = self.restart.get("ps")
         ps_restarts = ps.max_restarts if ps and ps.policy != "never" and "ps" in roles else 0
         rules = []
         if ps_restarts:
@@ -469,7 +467,7 @@ class KubernetesBackend(Backend):
 
     def start(self, task: TaskPlan) -> TaskHandle:
         if self.options.mode == "jobset" and any(p.policy != "never"
-                                                 for p in self.spec.restart.values()):
+                                                 for p in self.restart.values()):
             raise PreflightError("restart policies in kubernetes mode \"jobset\" are carried "
                                  "out by JobSet itself: run the job with --detach")
         self.apply()

@@ -6,14 +6,18 @@ A task that ends takes the rest of its process group along.
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import subprocess
+from collections.abc import Iterable
+from typing import Any
 
 from launcher.backends.base import Backend, ProbeResult, TaskHandle
 from launcher.environment import check_local_programs
 from launcher.errors import PreflightError
-from launcher.plan import JobPlan, TaskPlan
+from launcher.plan import JobPlan, Reservation, TaskPlan
 from launcher.processes import ProcessHandle, die_with_parent, free_port, port_taken, task_environ
+from launcher.spec import Address
 from launcher.watchdog import Watchdog
 
 LOCALHOST = "localhost"
@@ -31,19 +35,17 @@ def local_names() -> set[str]:
     return names
 
 
-def check_hosts_are_local(spec) -> None:
-    """PreflightError naming the first address of the spec that is not this machine."""
+def check_hosts_are_local(tasks: Iterable[tuple[str, int, Address]]) -> None:
+    """PreflightError naming the first (role, index, spec address) that is not this
+    machine."""
     names: set[str] | None = None
-    entries = [(f"cluster.{job}[{i}]", a) for job, addrs in spec.cluster.items()
-               for i, a in enumerate(addrs)]
-    if spec.evaluator is not None:
-        entries.append(("evaluator", spec.evaluator))
-    for where, addr in entries:
+    for role, index, addr in tasks:
         host = addr.host.lower()
         if host == "localhost" or host.startswith("127."):
             continue
         names = names if names is not None else local_names()   # psutil: only when needed
         if host not in names:
+            where = "evaluator" if role == "evaluator" else f"cluster.{role}[{index}]"
             raise PreflightError(f"{where}: host {addr.host!r} is not this machine, and "
                                  "backend \"local\" runs every task here (use --local to "
                                  "map every host to localhost, or backend \"ssh\")")
@@ -55,17 +57,24 @@ class LocalBackend(Backend):
     name = "local"
     local_processes = True
 
-    def __init__(self, spec, options=None):
-        super().__init__(spec, options)
+    def __init__(self, options: Any = None, remap: bool = False):
+        """``remap``: ``--local`` runs a spec written for another backend here, every host
+        mapped to this machine on purpose."""
+        super().__init__(options)
+        self.remap = remap
+        self._hosts: tuple[tuple[str, int, Address], ...] = ()   # checked by preflight
         self._ports: set[int] = set()
         self._watchdog: Watchdog | None = None
+
+    def accept(self, reservation: Reservation) -> None:
+        if not self.remap:
+            self._hosts = reservation.tasks
 
     def preflight(self, plan: JobPlan) -> None:
         """Before anything starts: a spec written for the local backend names only this
         machine (``--local`` maps other hosts here on purpose), and a port the spec gives
         explicitly is free here."""
-        if self.spec.backend == "local":
-            check_hosts_are_local(self.spec)
+        check_hosts_are_local(self._hosts)
         check_local_programs(plan.tasks)
         for task in plan.tasks:
             if not task.auto_port and port_taken(task.port):
@@ -73,8 +82,8 @@ class LocalBackend(Backend):
                                      "this machine (pick another port in the spec, or leave "
                                      "the port out to get a free one)")
 
-    def host_for(self, host: str) -> str:
-        return LOCALHOST
+    def place(self, role: str, index: int, address: Address) -> Address:
+        return dataclasses.replace(address, host=LOCALHOST)
 
     def allocate_port(self, host: str) -> int:
         return free_port(self._ports)

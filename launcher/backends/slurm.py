@@ -1,7 +1,8 @@
 """Slurm backend: one allocation, each task a job step that the launcher runs and watches.
 
-``prepare`` asks for the allocation (``salloc --no-shell``) before the plan is built, so
-every task's TF_CONFIG names the address of the node it will run on. Each task is then an
+``accept`` sizes the allocation from the job's Reservation (one node per host label of the
+spec); ``prepare`` asks for it (``salloc --no-shell``) before the plan is built, so every
+task's TF_CONFIG names the address of the node it will run on (``place``). Each task is then an
 ``srun --jobid=J --nodelist=NODE --overlap`` child of the launcher: its output streams
 back, its exit status is the task's, and a signal reaches the step through ``scancel
 --signal``. ``close`` cancels the allocation and waits until Slurm shows it ended. If the
@@ -20,6 +21,7 @@ docs/slurm.md explains the choices.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import os
 import re
 import shlex
@@ -34,15 +36,14 @@ from typing import Any
 from launcher.backends.base import Backend, ProbeResult, TaskHandle
 from launcher.backends.options import option
 from launcher.errors import PreflightError, SpecError
-from launcher.plan import JobPlan, TaskPlan
+from launcher.plan import JobPlan, Reservation, TaskPlan
 from launcher.processes import ProcessHandle, die_with_parent, free_port, task_environ
 from launcher.spec import (
     ROLES,
-    Spec,
+    Address,
     resources_for,
 )
 from launcher.watchdog import Watchdog
-from orchestrator.roles import in_start_order
 
 DEFAULT_SIGNAL_LEAD = 120          # seconds before the time limit for the warning signal
 CANCEL_WAIT = 120.0                # seconds for the launcher's teardown after `launch cancel`
@@ -82,11 +83,6 @@ def memory_mb(text: str) -> int:
     if not m:
         raise ValueError(f"bad memory size {text!r}")
     return max(1, int(float(m.group(1)) * _UNITS_MB[m.group(2)]))
-
-
-def _roles(spec: Spec) -> list[tuple[str, int, str]]:
-    """(type, index, spec host) of every task, in the plan's start order."""
-    return [(job, i, a.host) for job, i, a in in_start_order(spec.cluster, spec.evaluator)]
 
 
 def slurm_env() -> dict[str, str]:
@@ -181,58 +177,66 @@ class SlurmBackend(Backend):
     options: SlurmOptions
     detached_by_engine = True
 
-    def __init__(self, spec: Spec, options: SlurmOptions | None = None):
-        super().__init__(spec, options or SlurmOptions())
+    def __init__(self, options: SlurmOptions | None = None):
+        super().__init__(options or SlurmOptions())
         self._ports: set[int] = set()
         self.job_id: str | None = None
-        order = {"chief": 0, "master": 0, "worker": 1, "ps": 2, "evaluator": 3}
-        by_role = sorted(_roles(spec), key=lambda r: order[r[0]])
-        self.labels = list(dict.fromkeys(host for _, _, host in by_role))
-        self.label_of = {(t, i): host for t, i, host in _roles(spec)}
+        self.labels: list[str] = []                     # the spec's host labels, one per node
+        self.label_of: dict[tuple[str, int], str] = {}  # (role, index) -> label
+        self.allocation: list[str] = []                 # salloc's and sbatch's options
         self.node_of_label: dict[str, str] = {}
         self.addr_of_node: dict[str, str] = {}
         self.handles: list[SlurmHandle] = []
         self.watchdog: Watchdog | None = None
-        self._check_allocation_level()
 
-    # ------------------------------------------------------------------ spec
-    def _check_allocation_level(self) -> None:
+    # ------------------------------------------------------------------ reservation
+    def accept(self, reservation: Reservation) -> None:
+        """The allocation: one node per distinct host label (the chief's first), sized for
+        its busiest node."""
+        self._check_allocation_level(reservation.resources)
+        order = {"chief": 0, "master": 0, "worker": 1, "ps": 2, "evaluator": 3}
+        by_role = sorted(reservation.tasks, key=lambda t: order[t[0]])
+        self.labels = list(dict.fromkeys(a.host for _, _, a in by_role))
+        self.label_of = {(role, i): a.host for role, i, a in reservation.tasks}
+        self.allocation = self._allocation_options(reservation)
+
+    def _check_allocation_level(self, resources: dict[str, dict[str, Any]]) -> None:
         """One allocation has one partition and one time limit: a role may not differ."""
         for key in ("partition", "time"):
-            wanted = getattr(self.options, key) or self.spec.resources.get("default", {}).get(key)
+            wanted = getattr(self.options, key) or resources.get("default", {}).get(key)
             for role in ROLES:
-                value = self.spec.resources.get(role, {}).get(key)
+                value = resources.get(role, {}).get(key)
                 if value is not None and value != wanted:
                     raise SpecError(f"resources.{role}.{key}",
                                     f"the Slurm backend runs every task in one allocation with "
                                     f"one {key}: set it in slurm.{key} or resources.default."
                                     f"{key}, not per role")
         for role in ("default",) + ROLES:
-            mem = self.spec.resources.get(role, {}).get("memory")
+            mem = resources.get(role, {}).get("memory")
             if mem is not None:
                 memory_mb(mem)
 
     # ------------------------------------------------------------------ rendering
     def salloc_argv(self) -> list[str]:
         """The allocation: one node per distinct host label, sized for its busiest node."""
-        argv = ["salloc", "--no-shell", *self.allocation_options()]
+        argv = ["salloc", "--no-shell", *self.allocation]
         if self.options.allocation_timeout:
             argv.append(f"--immediate={int(self.options.allocation_timeout)}")
         return argv + list(self.options.salloc_args)
 
-    def allocation_options(self) -> list[str]:
+    def _allocation_options(self, reservation: Reservation) -> list[str]:
         """The allocation's size and place, for salloc and for a batch script alike."""
         per_label: dict[str, dict[str, int]] = {h: {"cpus": 0, "mem": 0, "gpus": 0}
                                                 for h in self.labels}
         for (role, _), label in self.label_of.items():
-            res = resources_for(self.spec, role)
+            res = resources_for(reservation.resources, role)
             per_label[label]["cpus"] += res.get("cpus", 1)
             per_label[label]["gpus"] += res.get("gpus", 0)
             if "memory" in res:
                 per_label[label]["mem"] += memory_mb(res["memory"])
         o = self.options
-        default = self.spec.resources.get("default", {})
-        argv = [f"--job-name=tfc-{self.spec.name}",
+        default = reservation.resources.get("default", {})
+        argv = [f"--job-name=tfc-{reservation.name}",
                 f"--nodes={len(self.labels)}", "--ntasks-per-node=1",
                 f"--cpus-per-task={max(v['cpus'] for v in per_label.values()) or 1}"]
         mem = max(v["mem"] for v in per_label.values())
@@ -251,7 +255,7 @@ class SlurmBackend(Backend):
         return argv
 
     def srun_argv(self, task: TaskPlan, job_id: str, node: str) -> list[str]:
-        res = resources_for(self.spec, task.type)
+        res = task.resources
         argv = ["srun", f"--jobid={job_id}", f"--nodelist={node}", "--nodes=1", "--ntasks=1",
                 "--overlap", f"--job-name={task.type}-{task.index}",
                 f"--cpus-per-task={res.get('cpus', 1) or 1}", "--export=ALL",
@@ -290,7 +294,7 @@ class SlurmBackend(Backend):
         launcher inside it, which runs each task as a job step (the same ``srun`` lines as
         an attached run, placement and per-role resources included)."""
         lead = self.options.signal_lead
-        options = [*self.allocation_options(), *self.options.salloc_args,
+        options = [*self.allocation, *self.options.salloc_args,
                    f"--output={os.path.join(run_dir, 'launcher.log')}", "--open-mode=append",
                    f"--chdir={os.getcwd()}", "--export=ALL", "--requeue",
                    f"--signal=B:TERM@{lead}"]
@@ -427,10 +431,12 @@ class SlurmBackend(Backend):
         return m.group(1) if m else node
 
     # ------------------------------------------------------------------ the interface
-    def host_for(self, host: str) -> str:
-        """The address of the node the label was given (the label itself before then)."""
-        node = self.node_of_label.get(host)
-        return self.addr_of_node.get(node, node) if node else host
+    def place(self, role: str, index: int, address: Address) -> Address:
+        """At the address of the node the label was given (the label itself before then)."""
+        node = self.node_of_label.get(address.host)
+        if node is None:
+            return address
+        return dataclasses.replace(address, host=self.addr_of_node.get(node, node))
 
     def allocate_port(self, host: str) -> int:
         # Nodes are other machines in general: a port free here is a good guess there, and a
@@ -459,7 +465,7 @@ class SlurmBackend(Backend):
         return handle
 
     def probe(self, task: TaskPlan, argv: list[str], timeout: float) -> ProbeResult:
-        probe = TaskPlan(task.type, task.index, task.host, task.port, argv, task.env, task.cwd)
+        probe = dataclasses.replace(task, command=argv)
         srun = self.srun_argv(probe, self.job_id or "", self._node_for(task))
         srun[srun.index(f"--job-name={task.type}-{task.index}")] = "--job-name=tfc-probe"
         try:

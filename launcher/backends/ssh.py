@@ -332,9 +332,10 @@ class SSHBackend(Backend):
     name = "ssh"
     OPTIONS = SSHOptions
 
-    def __init__(self, spec, options: SSHOptions | None = None):
-        super().__init__(spec, options if options is not None else SSHOptions())
+    def __init__(self, options: SSHOptions | None = None):
+        super().__init__(options if options is not None else SSHOptions())
         self.options: SSHOptions
+        self.timeouts: dict[str, float] = {}        # the plan's, from preflight()
         self._ports: set[tuple[str, int]] = set()
         self._random = random.SystemRandom()
         self._control_dir: str | None = None
@@ -407,11 +408,12 @@ class SSHBackend(Backend):
         sessions stay open: each then runs its host's storage probes and first task. Hosts
         with several tasks get a master connection first, which their other sessions
         share."""
+        self.timeouts = dict(plan.timeouts)
         self._check_local_files()
         hosts: dict[str, list[TaskPlan]] = {}
         for task in plan.tasks:
             hosts.setdefault(task.host, []).append(task)
-        deadline = time.monotonic() + max(self.spec.timeouts.get("start", 60.0),
+        deadline = time.monotonic() + max(self.timeouts.get("start", 60.0),
                                           self.options.connect_timeout + 5)
         several = [h for h, ts in hosts.items() if len(ts) > 1 and self.options.multiplex]
         self._start_masters(several)
@@ -507,14 +509,14 @@ class SSHBackend(Backend):
 
     def _description(self, task: TaskPlan, argv: list[str]) -> dict:
         return {"argv": argv, "env": task.env, "cwd": task.cwd,
-                "grace": self.spec.timeouts.get("kill", 5.0), "silence": self.silence}
+                "grace": self.timeouts.get("kill", 5.0), "silence": self.silence}
 
     @property
     def silence(self) -> float:
         """Seconds without a heartbeat after which a host ends its task by itself: the
         launcher has declared it lost by then (``timeouts.unresponsive``), so a host cut
         off from the launcher leaves no orphan, even while the link stays down."""
-        return max(MIN_SILENCE, 3 * HEARTBEAT, self.spec.timeouts.get("unresponsive") or 30.0)
+        return max(MIN_SILENCE, 3 * HEARTBEAT, self.timeouts.get("unresponsive") or 30.0)
 
     def _beat(self) -> None:
         while not self._closed.wait(HEARTBEAT):

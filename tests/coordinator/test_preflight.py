@@ -28,9 +28,9 @@ SLEEP = ["-c", "import time; time.sleep(30)"]
 
 def make(spec_doc: dict):
     spec = parse_spec(json.dumps(spec_doc))
-    backend = LocalBackend(spec)
+    backend = LocalBackend()
     return spec, backend, build_plan(spec, port_for=backend.allocate_port,
-                                     host_for=backend.host_for)
+                                     place=backend.place)
 
 
 def probes_left(*dirs: Path) -> list[str]:

@@ -112,8 +112,8 @@ def test_the_launcher_reads_model_dir_through_the_bind_mount_that_holds_it():
     from launcher.spec import validate
 
     spec = validate(docker_spec("/shared/model", ["/data/runs:/shared", "/fast:/shared/model/x"]))
-    backend = DockerBackend(spec, DockerBackend.validate_options(spec.backend_options["docker"],
-                                                                 "docker"))
+    backend = DockerBackend(DockerBackend.validate_options(spec.backend_options["docker"],
+                                                           "docker"))
     assert backend.launcher_view("/shared/model") == "/data/runs/model"
     assert backend.launcher_view("/shared/model/x/y") == "/fast/y"       # the deepest mount
     assert backend.launcher_view("/shared") == "/data/runs"

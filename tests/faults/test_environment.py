@@ -23,8 +23,8 @@ class ProbingLocal(LocalBackend):
 def test_a_missing_interpreter_is_named_not_model_dir(tmp_path):
     spec = parse_spec(json.dumps({"cluster": {"chief": 1}, "command": ["python3.99", "t.py"],
                                   "model_dir": str(tmp_path / "model"), "max_steps": 1}))
-    backend = ProbingLocal(spec)
-    plan = build_plan(spec, port_for=backend.allocate_port, host_for=backend.host_for)
+    backend = ProbingLocal()
+    plan = build_plan(spec, port_for=backend.allocate_port, place=backend.place)
     with pytest.raises(PreflightError) as e:
         check_shared_storage(plan, backend)
     assert str(e.value).splitlines()[1] == (
@@ -37,8 +37,8 @@ def test_a_missing_interpreter_is_named_not_model_dir(tmp_path):
 def probed_plan(tmp_path, command, **extra):
     spec = parse_spec(json.dumps({"cluster": {"chief": 1, "worker": 1}, "command": command,
                                   "model_dir": str(tmp_path / "model"), **extra}))
-    backend = ProbingLocal(spec)
-    return build_plan(spec, port_for=backend.allocate_port, host_for=backend.host_for), backend
+    backend = ProbingLocal()
+    return build_plan(spec, port_for=backend.allocate_port, place=backend.place), backend
 
 
 @pytest.mark.parametrize("command, extra, message", [

@@ -235,8 +235,8 @@ def test_a_monitor_naming_a_lost_task_goes_through_the_restart_policy(tmp_path):
 
     plan = {"chief": ["forever", "exit 0 after 1"], "worker": ["forever"], "ps": ["forever"]}
     spec = load_spec(str(write_spec(tmp_path, plan, evaluator=None)))
-    backend = LocalBackend(spec)
-    job_plan = build_plan(spec, port_for=backend.allocate_port, host_for=backend.host_for)
+    backend = LocalBackend()
+    job_plan = build_plan(spec, port_for=backend.allocate_port, place=backend.place)
     out = tmp_path / "console.txt"
     with out.open("w") as console_file:
         job = Job(job_plan, backend, str(tmp_path / "run"), Console(console_file, console_file),

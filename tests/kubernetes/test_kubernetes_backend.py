@@ -338,6 +338,21 @@ def test_without_a_configured_kubectl_nothing_is_applied(tmp_path, fake_kubectl)
     assert not (state / "applied.yaml").exists()
 
 
+def test_the_plan_has_the_pods_and_the_spec_stays_as_given(tmp_path):
+    """The backend places each task at its pod while the plan is built; it never sees,
+    let alone rewrites, the spec."""
+    from launcher import api
+    from launcher.spec import load_spec
+
+    path = str(write_spec(tmp_path, "jobset"))
+    spec, backend = api.prepare(path)
+    plan = api.make_plan(spec, backend, None)
+    assert spec == load_spec(path)
+    assert (plan.task("worker", 1).host, plan.task("worker", 1).port) == \
+        ("ctr-train-worker-0-1.ctr-train.ml.svc", 2222)
+    assert plan.task("evaluator").host == "ctr-train-evaluator-0-0.ctr-train.ml.svc"
+
+
 def test_without_kubectl_at_all(tmp_path):
     kubectl_free = {"PATH": os.path.dirname(shutil.which("sh") or "/bin/sh")}
     done = run_launch(str(small_spec(tmp_path)), env=kubectl_free, timeout=60)

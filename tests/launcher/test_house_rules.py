@@ -1,6 +1,6 @@
-"""The house's import rules, checked on the code itself: orchestrator/ never imports
-launcher/, importing a backend never imports the job loop, the launcher's start-up never
-imports TensorFlow, and a new engine is one registry line."""
+"""The house's rules, checked on the code itself: orchestrator/ never imports launcher/,
+importing a backend never imports the job loop, the launcher's start-up never imports
+TensorFlow, a backend never sees the spec, and a new engine is one registry line."""
 
 from __future__ import annotations
 
@@ -35,6 +35,20 @@ def imported_modules(path: Path) -> set[str]:
                          ids=lambda p: p.name)
 def test_orchestrator_never_imports_launcher(path):
     assert not {m for m in imported_modules(path) if m.split(".")[0] == "launcher"}
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "launcher" / "backends").glob("*.py")),
+                         ids=lambda p: p.name)
+def test_backends_take_the_plan_never_the_spec(path):
+    """A backend gets its options, the job's Reservation and the plan: no module of
+    launcher/backends/ names ``Spec``, takes a ``spec`` argument or reads a ``.spec``."""
+    tree = ast.parse(path.read_text())
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    names |= {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+              for a in n.names}
+    arguments = {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)}
+    attributes = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    assert "Spec" not in names and "spec" not in arguments and "spec" not in attributes
 
 
 def modules_after_import(*names: str) -> set[str]:

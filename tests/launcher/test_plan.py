@@ -5,8 +5,8 @@ from __future__ import annotations
 import itertools
 import json
 
-from launcher.plan import build_plan
-from launcher.spec import parse_spec
+from launcher.plan import build_plan, reservation
+from launcher.spec import Address, parse_spec
 
 
 def plan_of(doc: dict, **kwargs):
@@ -75,9 +75,17 @@ def test_legacy_master_is_kept_as_master():
 
 def test_local_mapping_rewrites_hosts():
     plan = plan_of({**BASE, "cluster": {"chief": ["h1"], "ps": ["h2:2222"]}},
-                   host_for=lambda h: "localhost")
+                   place=lambda role, index, a: Address("localhost", a.port))
     assert {t.host for t in plan.tasks} == {"localhost"}
     assert plan.task("ps").port == 2222
+
+
+def test_the_reservation_is_every_task_at_its_spec_address_in_the_specs_order():
+    r = reservation(parse_spec(json.dumps(BASE)))
+    assert [(role, i) for role, i, _ in r.tasks] == [("chief", 0), ("worker", 0), ("worker", 1),
+                                                      ("ps", 0), ("evaluator", 0)]
+    assert r.tasks[3][2] == Address("localhost", 2223)
+    assert r.roles == {"chief": 1, "worker": 2, "ps": 1, "evaluator": 1}
 
 
 def test_parameter_server_strategy_shards_over_the_workers_only():

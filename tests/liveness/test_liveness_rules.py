@@ -171,7 +171,7 @@ def make_job(tmp_path, scripts, answer, **fields):
            "timeouts": {"start": 5, "unresponsive": 4, "kill": 1}}
     doc.update(fields)
     spec = parse_spec(json.dumps(doc))
-    backend = ScriptedBackend(scripts, spec)
+    backend = ScriptedBackend(scripts)
     plan = build_plan(spec, port_for=backend.allocate_port)
     clock = backend.clock
     names = {t.address: t.name for t in plan.tasks}

@@ -20,7 +20,7 @@ def make_backend(bed, command: list[str]):
            "command": command, "env": {"GREETING": "it's $(not) run"},
            "timeouts": {"kill": 2}, "ssh": bed.ssh_section()}
     spec = validate(raw)
-    backend = SSHBackend(spec, SSHBackend.validate_options(raw["ssh"], "ssh"))
+    backend = SSHBackend(SSHBackend.validate_options(raw["ssh"], "ssh"))
     return backend, build_plan(spec, port_for=backend.allocate_port)
 
 

@@ -11,14 +11,10 @@ from support import run_launch
 from launcher.backends.ssh import SSHBackend, explain_ssh_error, parse_options, remote_command
 from launcher.errors import SpecError
 from launcher.remote_bootstrap import STUB
-from launcher.spec import validate
 
 
 def backend(section: dict | None = None) -> SSHBackend:
-    raw = {"cluster": {"chief": ["10.0.0.1"], "ps": ["10.0.0.2"]}, "backend": "ssh",
-           "command": ["python3", "train.py"], "model_dir": "/shared/model"}
-    spec = validate(raw)
-    return SSHBackend(spec, SSHBackend.validate_options(section, "ssh"))
+    return SSHBackend(SSHBackend.validate_options(section, "ssh"))
 
 
 @pytest.mark.parametrize("section, field, words", [
