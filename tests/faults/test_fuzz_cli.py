@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -33,11 +34,18 @@ ENV_KEYS = {
 }
 texts = st.text(alphabet=st.characters(blacklist_categories=("Cs",),
                                        blacklist_characters="\x00"), max_size=12)
+# PATH as the draws may set it: a drawn program must not be a real one ("w", "ls")
+SEARCHED = os.pathsep.join(["/usr/local/bin", "/usr/bin", "/bin", "/usr/sbin", "/sbin",
+                            os.environ.get("PATH", "")])
+programs = st.sampled_from(BAD_PROGRAMS) | texts.filter(
+    lambda t: shutil.which(t, path=SEARCHED) is None)
+commands = st.tuples(programs, st.lists(st.sampled_from(BAD_PROGRAMS) | texts, max_size=2)) \
+    .map(lambda t: [t[0], *t[1]])
 argvs = st.lists(st.one_of(st.sampled_from(OPTIONS), st.sampled_from(PLACES), texts),
                  max_size=6)
 specs = st.fixed_dictionaries(
     {"cluster": st.sampled_from([{"chief": 1}, {"worker": 2, "ps": 1}, {"chief": 1, "ps": 1}]),
-     "command": st.lists(st.sampled_from(BAD_PROGRAMS) | texts, min_size=1, max_size=3),
+     "command": commands,
      "model_dir": st.sampled_from(PLACES)},
     optional={"run_dir": st.sampled_from(PLACES), "workdir": st.sampled_from(PLACES),
               "env": st.dictionaries(st.sampled_from(["PATH", "A", "HOME"]),
@@ -72,8 +80,7 @@ def environment(changes: dict[str, str], cwd: str):
 
 @settings(max_examples=250, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(spec=specs, argv=argvs, env=envs, command=st.none() | st.lists(
-    st.sampled_from(BAD_PROGRAMS) | texts, max_size=3))
+@given(spec=specs, argv=argvs, env=envs, command=st.none() | st.just([]) | commands)
 def test_fuzz_command_line_and_environment(tmp_path_factory, spec, argv, env, command):
     tmp = tmp_path_factory.mktemp("fuzz")
     (tmp / "a-file").write_text("x")
