@@ -61,9 +61,9 @@ def wait_for(predicate, timeout: float, what: str):
 def start_now(cluster, job: str) -> None:
     """Slurm holds a requeued job back for two minutes (BeginTime): let it start now, but
     only once its nodes are idle again. Started while they still complete the first run
-    (or in the second they finished it), the job is killed ("Job credential revoked"). The update is repeated until the job
-    runs: one made while Slurm still finishes the requeue can be overwritten by the
-    requeue's own BeginTime."""
+    (or in the second they finished it), the job is killed ("Job credential revoked").
+    The update is repeated until the job runs: one made while Slurm still finishes the
+    requeue can be overwritten by the requeue's own BeginTime."""
     def state() -> str:
         return cluster.run("squeue", "-h", "-j", job, "-o", "%T", check=False).strip()
 
