@@ -1,0 +1,176 @@
+"""Detached runs with the docker backend on a real engine: `launch SPEC --detach` returns
+while the launcher goes on as a daemon (with its reaper) and every task is a container;
+`launch list`, `status`, `logs` and `cancel` follow it. Stand-in tasks
+(tests/local/fake_task.py, bind-mounted into the image): the point is the daemon, the
+containers and the teardown."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from docker_support import docker_spec
+from support import REPO, marked_processes, run_launch, tfcluster_tasks
+
+pytestmark = [pytest.mark.slow]
+TESTS = str(REPO / "tests")
+FAKE_TASK = str(REPO / "tests" / "local" / "fake_task.py")
+RUN_LABEL = "tfcluster.run"
+
+
+@pytest.fixture
+def runs(tmp_path, monkeypatch) -> dict[str, str]:
+    """A run root of the test's own, for `launch` and for every command after it."""
+    monkeypatch.setenv("TFCLUSTER_RUNS", str(tmp_path / "runs"))
+    return {"TFCLUSTER_RUNS": str(tmp_path / "runs")}
+
+
+def fake_spec(tmp_path: Path, plan: dict) -> Path:
+    """Chief, worker and ps as containers running the stand-in task, the tests folder
+    mounted read-only at the same path, model_dir in a shared folder."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    spec = docker_spec(str(shared / "model"), [f"{TESTS}:{TESTS}:ro", f"{shared}:{shared}"],
+                       name="dk-detach", evaluator=None, max_steps=10, check_storage=False,
+                       cluster={"chief": ["localhost"], "worker": ["localhost"],
+                                "ps": ["localhost"]},
+                       command=["python", FAKE_TASK], env={"FAKE_PLAN": json.dumps(plan)})
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def detach(spec: Path, env: dict) -> tuple[str, float]:
+    """`launch --detach`: (run id, seconds it took to return)."""
+    started = time.monotonic()
+    done = run_launch(str(spec), "--detach", env=env, timeout=120)
+    took = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    first = done.stdout.splitlines()[0]
+    assert first.startswith("run ") and " detached (launcher pid " in first, done.stdout
+    run_id = first.split()[1]
+    for verb in ("status", "logs", "cancel"):
+        assert f"launch {verb} {run_id}" in done.stdout
+    return run_id, took
+
+
+def state_of(tmp_path: Path, run_id: str) -> dict:
+    return json.loads((tmp_path / "runs" / run_id / "state.json").read_text())
+
+
+def wait_for(predicate, timeout: float):
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return value
+
+
+def daemon_alive(state: dict) -> bool:
+    try:
+        return psutil.Process(state["launcher"]["pid"]).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def reapers(run_id: str) -> list[psutil.Process]:
+    """The run's reaper (`python -m launcher.backends.docker --reap DOCKER RUN_ID`)."""
+    out = []
+    for proc in marked_processes():
+        try:
+            argv = proc.cmdline()
+        except psutil.Error:
+            continue
+        if "--reap" in argv and argv[-1] == run_id:
+            out.append(proc)
+    return out
+
+
+def task_containers(run_id: str) -> set[str]:
+    return {f"tfc-{run_id}-{t}" for t in ("chief-0", "worker-0", "ps-0")}
+
+
+def cancel_all(tmp_path: Path, env: dict) -> None:
+    """Whatever a failing test left running is cancelled on the way out."""
+    for run_dir in (tmp_path / "runs").glob("*"):
+        run_launch("cancel", str(run_dir), env=env, timeout=180)
+
+
+def test_detached_docker_run_reports_running_then_succeeds(engine, image, tmp_path, runs):
+    spec = fake_spec(tmp_path, {"chief": "exit 0 after 8", "worker": "exit 0 after 6",
+                                "ps": "forever"})
+    try:
+        run_id, took = detach(spec, runs)
+        assert took < 60, f"launch --detach took {took:.1f}s to return"
+        state = state_of(tmp_path, run_id)
+        assert state["backend"] == "docker" and state["detached"] and daemon_alive(state)
+        mine = f"{RUN_LABEL}={run_id}"
+        assert wait_for(lambda: set(engine.containers(label=mine)) == task_containers(run_id),
+                        20), engine.containers(label=mine)
+        status = run_launch("status", run_id, env=runs)
+        assert status.returncode == 0, status.stdout + status.stderr
+        assert f"run {run_id}  dk-detach  backend docker  state running" in status.stdout
+        rows = {line.split()[0]: line.split() for line in status.stdout.splitlines()[2:]}
+        assert all(rows[t][2] == "running" for t in ("chief:0", "worker:0", "ps:0")), rows
+        listed = run_launch("list", env=runs)
+        row = next(line for line in listed.stdout.splitlines() if line.startswith(run_id))
+        assert row.split()[1:4] == ["dk-detach", "docker", "running"], listed.stdout
+        # the chief's container ends by itself: the run ends, the ps is stopped, the daemon
+        # and its reaper exit, and no container of the run is left
+        state = wait_for(lambda: (s := state_of(tmp_path, run_id))["state"] not in
+                         ("starting", "running") and s, 90)
+        assert state and state["state"] == "succeeded", state
+        assert wait_for(lambda: not daemon_alive(state), 30), "the daemon outlived its run"
+        assert engine.containers(label=mine) == []
+        assert reapers(run_id) == []
+        status = run_launch("status", run_id, env=runs)
+        assert status.returncode == 0, status.stdout
+        assert "state succeeded" in status.stdout
+        assert "reason: training finished and every task ended" in status.stdout
+        rows = {t["task"]: t for t in state["tasks"]}
+        assert (rows["chief:0"]["exit"], rows["chief:0"]["stopped"]) == (0, False), rows
+        assert (rows["worker:0"]["exit"], rows["worker:0"]["stopped"]) == (0, False), rows
+        assert rows["ps:0"]["stopped"] and rows["ps:0"]["state"] == "stopped (SIGTERM)", rows
+        logs = run_launch("logs", run_id, "chief:0", env=runs)
+        assert logs.returncode == 0 and "hello from chief:0" in logs.stdout, logs.stdout
+    finally:
+        cancel_all(tmp_path, runs)
+
+
+def test_cancel_of_a_detached_docker_run_leaves_no_container(engine, image, tmp_path, runs):
+    spec = fake_spec(tmp_path, {"chief": "forever", "worker": "spawn-forever",
+                                "ps": "forever"})
+    try:
+        run_id, took = detach(spec, runs)
+        assert took < 60, f"launch --detach took {took:.1f}s to return"
+        mine = f"{RUN_LABEL}={run_id}"
+        assert wait_for(lambda: set(engine.containers(label=mine)) == task_containers(run_id),
+                        20), engine.containers(label=mine)
+        status = run_launch("status", run_id, env=runs)
+        assert status.returncode == 0 and "state running" in status.stdout, status.stdout
+        daemon = state_of(tmp_path, run_id)
+        assert daemon_alive(daemon) and len(reapers(run_id)) == 1
+        done = run_launch("cancel", run_id, env=runs, timeout=180)
+        assert done.returncode == 0, done.stderr
+        assert f"cancelled run {run_id}" in done.stdout
+        # cancel returns once the run is over: no container, no docker client, no daemon,
+        # no reaper is left
+        assert engine.containers(label=mine) == [], "cancel returned with containers left"
+        assert tfcluster_tasks() == []
+        assert not daemon_alive(daemon)
+        assert reapers(run_id) == []
+        status = run_launch("status", run_id, env=runs)
+        assert status.returncode == 1, status.stdout
+        assert "state cancelled" in status.stdout
+        assert "reason: cancelled by `launch cancel` (interrupted by SIGTERM)" in status.stdout
+        state = state_of(tmp_path, run_id)
+        assert all(t["stopped"] and t["state"] == "stopped (SIGTERM)" for t in state["tasks"]), \
+            state["tasks"]
+        events = [json.loads(line) for line in
+                  (tmp_path / "runs" / run_id / "events.jsonl").read_text().splitlines()]
+        assert [sorted(e["tasks"]) for e in events if e["event"] == "stopping"] == [
+            ["chief:0", "worker:0"], ["ps:0"]]
+    finally:
+        cancel_all(tmp_path, runs)

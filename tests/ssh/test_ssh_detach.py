@@ -1,0 +1,182 @@
+"""Detached runs with the ssh backend on real hosts: `launch SPEC --detach` returns while the
+launcher goes on as a daemon on this machine and drives the tasks on the hosts; `launch
+list`, `status`, `logs` and `cancel` follow it from its run directory. Stand-in tasks
+(tests/local/fake_task.py): the point is the daemon, the hosts and the teardown."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from ssh_specs import write_spec
+from support import REPO, marked_processes, run_launch
+from test_ssh_jobs import tasks_by_host
+
+FAKE_TASK = str(REPO / "tests" / "local" / "fake_task.py")
+
+
+@pytest.fixture
+def runs(tmp_path, monkeypatch) -> dict[str, str]:
+    """A run root of the test's own, for `launch` and for every command after it."""
+    monkeypatch.setenv("TFCLUSTER_RUNS", str(tmp_path / "runs"))
+    return {"TFCLUSTER_RUNS": str(tmp_path / "runs")}
+
+
+def fake_spec(tmp_path: Path, bed, cluster: dict, plan: dict) -> Path:
+    """Stand-in tasks on the hosts; no run_dir in the spec: the run goes under the run
+    root, as a user's does."""
+    spec = write_spec(tmp_path, bed, cluster, command=[sys.executable, FAKE_TASK],
+                      max_steps=10, check_storage=False, env={"FAKE_PLAN": json.dumps(plan)})
+    doc = json.loads(spec.read_text())
+    del doc["run_dir"]
+    spec.write_text(json.dumps(doc, indent=2))
+    return spec
+
+
+def detach(spec: Path, env: dict) -> tuple[str, float]:
+    """`launch --detach`: (run id, seconds it took to return)."""
+    started = time.monotonic()
+    done = run_launch(str(spec), "--detach", env=env, timeout=60)
+    took = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    first = done.stdout.splitlines()[0]
+    assert first.startswith("run ") and " detached (launcher pid " in first, done.stdout
+    run_id = first.split()[1]
+    for verb in ("status", "logs", "cancel"):
+        assert f"launch {verb} {run_id}" in done.stdout
+    return run_id, took
+
+
+def state_of(tmp_path: Path, run_id: str) -> dict:
+    return json.loads((tmp_path / "runs" / run_id / "state.json").read_text())
+
+
+def wait_state(tmp_path: Path, run_id: str, want: tuple[str, ...], timeout: float) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        state = state_of(tmp_path, run_id)
+        if state["state"] in want or time.monotonic() > deadline:
+            return state
+        time.sleep(0.3)
+
+
+def daemon_alive(state: dict) -> bool:
+    try:
+        return psutil.Process(state["launcher"]["pid"]).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def local_ssh() -> list[psutil.Process]:
+    out = []
+    for proc in marked_processes():
+        try:
+            if proc.name() == "ssh":
+                out.append(proc)
+        except psutil.Error:
+            continue
+    return out
+
+
+def wait_tasks(bed, expected: dict[str, set[str]], timeout: float = 15) -> dict:
+    """Which task runs on which host, once ``expected`` is seen (the daemon reports a task
+    started once its description went to its host; the host execs it a moment later)."""
+    deadline = time.monotonic() + timeout
+    while (seen := tasks_by_host(bed)) != expected and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return seen
+
+
+def cancel_all(tmp_path: Path, env: dict) -> None:
+    """Whatever a failing test left running is cancelled on the way out."""
+    for run_dir in (tmp_path / "runs").glob("*"):
+        run_launch("cancel", str(run_dir), env=env, timeout=180)
+
+
+def test_detached_ssh_run_reports_running_then_succeeds(hosts, tmp_path, runs):
+    spec = fake_spec(tmp_path, hosts, {"chief": ["h1"], "worker": ["h2"], "ps": ["h3"]},
+                     {"chief": "exit 0 after 8", "worker": "exit 0 after 6", "ps": "forever"})
+    try:
+        run_id, took = detach(spec, runs)
+        assert took < 30, f"launch --detach took {took:.1f}s to return"
+        # the launch that detached has exited; its daemon drives the tasks on the hosts
+        state = state_of(tmp_path, run_id)
+        assert state["backend"] == "ssh" and state["detached"] and daemon_alive(state)
+        expected = {"h1": {"chief:0"}, "h2": {"worker:0"}, "h3": {"ps:0"}}
+        assert wait_tasks(hosts, expected) == expected
+        status = run_launch("status", run_id, env=runs)
+        assert status.returncode == 0, status.stdout + status.stderr
+        assert f"run {run_id}  ssh-test  backend ssh  state running" in status.stdout
+        rows = {line.split()[0]: line for line in status.stdout.splitlines()[2:]}
+        for task, host in (("chief:0", 0), ("worker:0", 1), ("ps:0", 2)):
+            assert rows[task].split()[1].startswith(hosts.hosts[host].address + ":"), rows
+            assert rows[task].split()[2] == "running", rows
+        listed = run_launch("list", env=runs)
+        row = next(line for line in listed.stdout.splitlines() if line.startswith(run_id))
+        assert row.split()[1:4] == ["ssh-test", "ssh", "running"], listed.stdout
+        # the chief ends by itself: the run ends, the ps is stopped, the daemon exits
+        state = wait_state(tmp_path, run_id, ("succeeded", "failed", "cancelled", "lost"), 60)
+        assert state["state"] == "succeeded", state
+        deadline = time.monotonic() + 15
+        while daemon_alive(state) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not daemon_alive(state), "the detached launcher outlived its run"
+        status = run_launch("status", run_id, env=runs)
+        assert status.returncode == 0, status.stdout
+        assert "state succeeded" in status.stdout
+        assert "reason: training finished and every task ended" in status.stdout
+        rows = {t["task"]: t for t in state["tasks"]}
+        assert (rows["chief:0"]["exit"], rows["chief:0"]["stopped"]) == (0, False), rows
+        assert (rows["worker:0"]["exit"], rows["worker:0"]["stopped"]) == (0, False), rows
+        assert rows["ps:0"]["stopped"] and rows["ps:0"]["state"] == "stopped (SIGTERM)", rows
+        logs = run_launch("logs", run_id, "chief:0", env=runs)
+        assert logs.returncode == 0 and "hello from chief:0" in logs.stdout, logs.stdout
+        logs = run_launch("logs", run_id, "ps", env=runs)
+        assert "hello from ps:0" in logs.stdout, logs.stdout
+        assert hosts.leftovers(timeout=5) == {}
+        assert local_ssh() == []
+    finally:
+        cancel_all(tmp_path, runs)
+
+
+def test_cancel_of_a_detached_ssh_run_leaves_nothing_on_any_host(hosts, tmp_path, runs):
+    """Two tasks on h3 (through its master connection), a worker whose child shares its
+    process group: cancel ends all of them, ps last, and leaves no ssh here."""
+    spec = fake_spec(tmp_path, hosts,
+                     {"chief": ["h1"], "worker": ["h2", "h3"], "ps": ["h3"]},
+                     {"chief": "forever", "worker": "spawn-forever", "ps": "forever"})
+    try:
+        run_id, took = detach(spec, runs)
+        assert took < 30, f"launch --detach took {took:.1f}s to return"
+        expected = {"h1": {"chief:0"}, "h2": {"worker:0"}, "h3": {"worker:1", "ps:0"}}
+        assert wait_tasks(hosts, expected) == expected
+        # the worker's child runs on its host too
+        assert len(hosts.processes(hosts.hosts[1])) >= 3     # bootstrap, worker, its child
+        status = run_launch("status", run_id, env=runs)
+        assert status.returncode == 0 and "state running" in status.stdout, status.stdout
+        daemon = state_of(tmp_path, run_id)
+        assert daemon_alive(daemon)
+        done = run_launch("cancel", run_id, env=runs, timeout=180)
+        assert done.returncode == 0, done.stderr
+        assert f"cancelled run {run_id}" in done.stdout
+        # cancel returns once the run is over: nothing is left on any host, nor here
+        assert hosts.leftovers(timeout=0) == {}, "cancel returned with tasks on the hosts"
+        assert not daemon_alive(daemon)
+        assert local_ssh() == []
+        status = run_launch("status", run_id, env=runs)
+        assert status.returncode == 1, status.stdout
+        assert "state cancelled" in status.stdout
+        assert "reason: cancelled by `launch cancel` (interrupted by SIGTERM)" in status.stdout
+        state = state_of(tmp_path, run_id)
+        assert all(t["stopped"] and t["state"] == "stopped (SIGTERM)" for t in state["tasks"]), \
+            state["tasks"]
+        events = [json.loads(line) for line in
+                  (tmp_path / "runs" / run_id / "events.jsonl").read_text().splitlines()]
+        assert [sorted(e["tasks"]) for e in events if e["event"] == "stopping"] == [
+            ["chief:0", "worker:0", "worker:1"], ["ps:0"]]
+    finally:
+        cancel_all(tmp_path, runs)
