@@ -7,6 +7,7 @@ They live here, not in conftest.py: pytest imports every conftest.py under the o
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -77,6 +78,18 @@ def run_launch(*args: str, timeout: float = 300, cwd: str | os.PathLike | None =
     full_env.update(env or {})
     return subprocess.run(launch_cmd(*args), cwd=cwd or REPO, env=full_env, text=True,
                           capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def run_dir(tmp_path: Path) -> Path:
+    """The one run directory of a test whose spec has ``"run_dir": tmp_path / "runs"``."""
+    (found,) = (tmp_path / "runs").iterdir()
+    return found
+
+
+def events(tmp_path: Path) -> list[dict]:
+    """That run's events.jsonl, one dict per event."""
+    lines = (run_dir(tmp_path) / "events.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
 
 
 class FakeClock:

@@ -48,6 +48,7 @@ class Kill:
     step_before: int    # highest global step reported before the kill
     how: str = "SIGKILL"   # or SIGSTOP (frozen), "partition" (its host cut off)
     wall: float = field(default_factory=time.time)   # for the run's events.jsonl times
+    pid: int | None = None   # SIGSTOP: the frozen group's leader (to SIGCONT it afterwards)
 
 
 def job_spec(kind: str, tmp: Path, max_steps: int = 600, save_steps: int = 100,
@@ -139,13 +140,17 @@ class LaunchRun:
                 continue
         return found
 
-    def task_pid(self, name: str) -> int | None:
+    def task_pid(self, name: str, parent: str | None = None) -> int | None:
+        """The process group leader running the task ``name``; ``parent``: the one whose
+        parent process has that name (a Slurm task under ``slurmstepd``, not its ``srun``,
+        which carries the task's environment too)."""
         for proc in self.processes():
             try:
                 env = proc.environ()
-                if env.get("TFCLUSTER_TASK") == name and proc.pid == os.getpgid(proc.pid):
+                if env.get("TFCLUSTER_TASK") == name and proc.pid == os.getpgid(proc.pid) \
+                        and (parent is None or proc.parent().name() == parent):
                     return proc.pid
-            except (psutil.NoSuchProcess, ProcessLookupError):
+            except (psutil.NoSuchProcess, ProcessLookupError, AttributeError):
                 continue
         return None
 
@@ -159,12 +164,13 @@ class LaunchRun:
         self.kills.append(kill)
         return kill
 
-    def freeze(self, target: str) -> Kill:
-        """SIGSTOP the whole process group of the task named ``target``: alive, silent."""
-        pid = self.task_pid(target)
+    def freeze(self, target: str, parent: str | None = None) -> Kill:
+        """SIGSTOP the whole process group of the task named ``target`` (``parent``: as for
+        ``task_pid``): alive, silent. ``Kill.pid`` is that group's leader."""
+        pid = self.task_pid(target, parent)
         if pid is None:
             raise LookupError(f"no live process for {target}")
-        kill = Kill(target, time.monotonic(), self.top_step(), "SIGSTOP")
+        kill = Kill(target, time.monotonic(), self.top_step(), "SIGSTOP", pid=pid)
         os.killpg(pid, signal.SIGSTOP)
         self.kills.append(kill)
         return kill

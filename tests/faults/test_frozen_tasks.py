@@ -6,7 +6,6 @@ a ps, a worker, the chief) is bench/fault_campaign.py."""
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 
@@ -20,22 +19,12 @@ from harness import (
     resumed_after,
     write_spec,
 )
-from support import run_launch
+from support import events, run_dir, run_launch
 
 MAX_STEPS, SAVE_STEPS, UNRESPONSIVE = 300, 50, 8
 PROBE_PERIOD = 2    # launcher.liveness.PROBE_PERIOD
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
-
-
-def run_dir(tmp_path):
-    (found,) = (tmp_path / "runs").iterdir()
-    return found
-
-
-def events(tmp_path) -> list[dict]:
-    return [json.loads(line) for line in
-            (run_dir(tmp_path) / "events.jsonl").read_text().splitlines()]
 
 
 def frozen_job(tmp_path, **restart) -> LaunchRun:

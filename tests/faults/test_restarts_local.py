@@ -11,7 +11,15 @@ import time
 from pathlib import Path
 
 import psutil
-from support import launch_cmd, marked_processes, run_launch, tfcluster_tasks, wait_gone
+from support import (
+    events,
+    launch_cmd,
+    marked_processes,
+    run_dir,
+    run_launch,
+    tfcluster_tasks,
+    wait_gone,
+)
 
 FLAKY = str(Path(__file__).with_name("jobs") / "flaky_task.py")
 
@@ -36,18 +44,8 @@ def starts(tmp_path: Path) -> dict[str, int]:
             for p in (tmp_path / "starts").iterdir()}
 
 
-def run_dir(tmp_path: Path) -> Path:
-    (run,) = (tmp_path / "runs").iterdir()
-    return run
-
-
 def summary(tmp_path: Path) -> dict:
     return json.loads((run_dir(tmp_path) / "summary.json").read_text())
-
-
-def events(tmp_path: Path) -> list[dict]:
-    lines = (run_dir(tmp_path) / "events.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in lines]
 
 
 def test_killed_worker_is_restarted_alone_and_the_job_succeeds(tmp_path):
