@@ -31,3 +31,11 @@ def scripted_backend():
 
     with scripted_registered():
         yield
+
+
+@pytest.fixture
+def runs(tmp_path, monkeypatch) -> dict[str, str]:
+    """A run root of the test's own (TFCLUSTER_RUNS), for `launch` and for every command
+    after it (`status`, `logs`, `cancel`): detached runs never land in the user's home."""
+    monkeypatch.setenv("TFCLUSTER_RUNS", str(tmp_path / "runs"))
+    return {"TFCLUSTER_RUNS": str(tmp_path / "runs")}

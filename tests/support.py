@@ -125,3 +125,51 @@ def ended_well(row: dict) -> bool:
     its session when the launcher stopped it, after the chief saved the final checkpoint
     and exited (docs/ending.md)."""
     return (row["exit"], row["stopped"]) in ((0, False), (-15, True))
+
+
+# ---------------------------------------------------------------- detached runs
+def detach(spec: Path, env: dict, *args: str, timeout: float = 120) -> str:
+    """`launch SPEC --detach ARGS`: it returns (exit 0) and names the run and the commands
+    that follow it; the run id."""
+    done = run_launch(str(spec), "--detach", *args, env=env, timeout=timeout)
+    assert done.returncode == 0, done.stderr
+    first = done.stdout.splitlines()[0]
+    assert first.startswith("run ") and " detached (launcher pid " in first, done.stdout
+    run_id = first.split()[1]
+    for verb in ("status", "logs", "cancel"):
+        assert f"launch {verb} {run_id}" in done.stdout
+    return run_id
+
+
+def state_of(tmp_path: Path, run_id: str) -> dict:
+    """The run's state.json under the test's run root (the ``runs`` fixture)."""
+    return json.loads((tmp_path / "runs" / run_id / "state.json").read_text())
+
+
+def wait_state(tmp_path: Path, run_id: str, want: tuple[str, ...], timeout: float) -> dict:
+    """The run's state once it is one of ``want`` (or the last seen after ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        state = state_of(tmp_path, run_id)
+        if state["state"] in want or time.monotonic() > deadline:
+            return state
+        time.sleep(0.3)
+
+
+def daemon_alive(state: dict) -> bool:
+    """The run's detached launcher is still running."""
+    try:
+        return psutil.Process(state["launcher"]["pid"]).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@contextlib.contextmanager
+def cancelled_on_exit(tmp_path: Path, env: dict) -> Iterator[None]:
+    """Whatever a failing test left running under its run root is cancelled on the way
+    out."""
+    try:
+        yield
+    finally:
+        for run_dir in (tmp_path / "runs").glob("*"):
+            run_launch("cancel", str(run_dir), env=env, timeout=180)

@@ -13,19 +13,21 @@ from pathlib import Path
 import psutil
 import pytest
 from docker_support import docker_spec
-from support import REPO, marked_processes, run_launch, tfcluster_tasks
+from support import (
+    REPO,
+    cancelled_on_exit,
+    daemon_alive,
+    detach,
+    marked_processes,
+    run_launch,
+    state_of,
+    tfcluster_tasks,
+)
 
 pytestmark = [pytest.mark.slow]
 TESTS = str(REPO / "tests")
 FAKE_TASK = str(REPO / "tests" / "local" / "fake_task.py")
 RUN_LABEL = "tfcluster.run"
-
-
-@pytest.fixture
-def runs(tmp_path, monkeypatch) -> dict[str, str]:
-    """A run root of the test's own, for `launch` and for every command after it."""
-    monkeypatch.setenv("TFCLUSTER_RUNS", str(tmp_path / "runs"))
-    return {"TFCLUSTER_RUNS": str(tmp_path / "runs")}
 
 
 def fake_spec(tmp_path: Path, plan: dict) -> Path:
@@ -43,36 +45,11 @@ def fake_spec(tmp_path: Path, plan: dict) -> Path:
     return path
 
 
-def detach(spec: Path, env: dict) -> tuple[str, float]:
-    """`launch --detach`: (run id, seconds it took to return)."""
-    started = time.monotonic()
-    done = run_launch(str(spec), "--detach", env=env, timeout=120)
-    took = time.monotonic() - started
-    assert done.returncode == 0, done.stderr
-    first = done.stdout.splitlines()[0]
-    assert first.startswith("run ") and " detached (launcher pid " in first, done.stdout
-    run_id = first.split()[1]
-    for verb in ("status", "logs", "cancel"):
-        assert f"launch {verb} {run_id}" in done.stdout
-    return run_id, took
-
-
-def state_of(tmp_path: Path, run_id: str) -> dict:
-    return json.loads((tmp_path / "runs" / run_id / "state.json").read_text())
-
-
 def wait_for(predicate, timeout: float):
     deadline = time.monotonic() + timeout
     while not (value := predicate()) and time.monotonic() < deadline:
         time.sleep(0.2)
     return value
-
-
-def daemon_alive(state: dict) -> bool:
-    try:
-        return psutil.Process(state["launcher"]["pid"]).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def reapers(run_id: str) -> list[psutil.Process]:
@@ -92,18 +69,11 @@ def task_containers(run_id: str) -> set[str]:
     return {f"tfc-{run_id}-{t}" for t in ("chief-0", "worker-0", "ps-0")}
 
 
-def cancel_all(tmp_path: Path, env: dict) -> None:
-    """Whatever a failing test left running is cancelled on the way out."""
-    for run_dir in (tmp_path / "runs").glob("*"):
-        run_launch("cancel", str(run_dir), env=env, timeout=180)
-
-
 def test_detached_docker_run_reports_running_then_succeeds(engine, image, tmp_path, runs):
     spec = fake_spec(tmp_path, {"chief": "exit 0 after 8", "worker": "exit 0 after 6",
                                 "ps": "forever"})
-    try:
-        run_id, took = detach(spec, runs)
-        assert took < 60, f"launch --detach took {took:.1f}s to return"
+    with cancelled_on_exit(tmp_path, runs):
+        run_id = detach(spec, runs)
         state = state_of(tmp_path, run_id)
         assert state["backend"] == "docker" and state["detached"] and daemon_alive(state)
         mine = f"{RUN_LABEL}={run_id}"
@@ -135,16 +105,13 @@ def test_detached_docker_run_reports_running_then_succeeds(engine, image, tmp_pa
         assert rows["ps:0"]["stopped"] and rows["ps:0"]["state"] == "stopped (SIGTERM)", rows
         logs = run_launch("logs", run_id, "chief:0", env=runs)
         assert logs.returncode == 0 and "hello from chief:0" in logs.stdout, logs.stdout
-    finally:
-        cancel_all(tmp_path, runs)
 
 
 def test_cancel_of_a_detached_docker_run_leaves_no_container(engine, image, tmp_path, runs):
     spec = fake_spec(tmp_path, {"chief": "forever", "worker": "spawn-forever",
                                 "ps": "forever"})
-    try:
-        run_id, took = detach(spec, runs)
-        assert took < 60, f"launch --detach took {took:.1f}s to return"
+    with cancelled_on_exit(tmp_path, runs):
+        run_id = detach(spec, runs)
         mine = f"{RUN_LABEL}={run_id}"
         assert wait_for(lambda: set(engine.containers(label=mine)) == task_containers(run_id),
                         20), engine.containers(label=mine)
@@ -172,5 +139,3 @@ def test_cancel_of_a_detached_docker_run_leaves_no_container(engine, image, tmp_
                   (tmp_path / "runs" / run_id / "events.jsonl").read_text().splitlines()]
         assert [sorted(e["tasks"]) for e in events if e["event"] == "stopping"] == [
             ["chief:0", "worker:0"], ["ps:0"]]
-    finally:
-        cancel_all(tmp_path, runs)

@@ -5,7 +5,6 @@ launcher's SIGKILL."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -15,7 +14,17 @@ import time
 from pathlib import Path
 
 import pytest
-from support import PY_TF215, REPO, launch_cmd, run_launch, tfcluster_tasks, wait_gone
+from support import (
+    PY_TF215,
+    REPO,
+    cancelled_on_exit,
+    detach,
+    launch_cmd,
+    run_launch,
+    state_of,
+    tfcluster_tasks,
+    wait_gone,
+)
 
 FAKE_TASK = str(Path(__file__).resolve().parent / "fake_task.py")
 
@@ -33,50 +42,9 @@ def estimator_spec(tmp_path: Path, epochs: int) -> Path:
     return path
 
 
-@pytest.fixture
-def runs(tmp_path, monkeypatch) -> dict[str, str]:
-    """A run root of the test's own, for `launch` and for every command after it."""
-    monkeypatch.setenv("TFCLUSTER_RUNS", str(tmp_path / "runs"))
-    return {"TFCLUSTER_RUNS": str(tmp_path / "runs")}
-
-
-def detach(spec: Path, env: dict, *args: str) -> str:
-    done = run_launch(str(spec), "--detach", *args, env=env, timeout=120)
-    assert done.returncode == 0, done.stderr
-    first = done.stdout.splitlines()[0]
-    assert first.startswith("run ") and " detached (launcher pid " in first, done.stdout
-    run_id = first.split()[1]
-    for verb in ("status", "logs", "cancel"):
-        assert f"launch {verb} {run_id}" in done.stdout
-    return run_id
-
-
-def state_of(tmp_path: Path, run_id: str) -> dict:
-    return json.loads((tmp_path / "runs" / run_id / "state.json").read_text())
-
-
-def wait_state(tmp_path: Path, run_id: str, want: tuple[str, ...], timeout: float) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        state = state_of(tmp_path, run_id)
-        if state["state"] in want or time.monotonic() > deadline:
-            return state
-        time.sleep(0.3)
-
-
-@contextlib.contextmanager
-def cleanup(tmp_path: Path, env: dict):
-    """Whatever a failing test left running is cancelled on the way out."""
-    try:
-        yield
-    finally:
-        for run_dir in (tmp_path / "runs").glob("*"):
-            run_launch("cancel", str(run_dir), env=env, timeout=180)
-
-
 @pytest.mark.tf
 def test_detached_estimator_job_list_status_logs_follow_and_succeed(tmp_path, runs):
-    with cleanup(tmp_path, runs):
+    with cancelled_on_exit(tmp_path, runs):
         run_id = detach(estimator_spec(tmp_path, epochs=3), runs)
         # the launch that detached has exited: the job runs without it
         listed = run_launch("list", env=runs)
@@ -111,7 +79,7 @@ def test_detached_estimator_job_list_status_logs_follow_and_succeed(tmp_path, ru
 
 @pytest.mark.tf
 def test_cancel_of_a_detached_estimator_job_leaves_nothing_running(tmp_path, runs):
-    with cleanup(tmp_path, runs):
+    with cancelled_on_exit(tmp_path, runs):
         run_id = detach(estimator_spec(tmp_path, epochs=200), runs)
         deadline = time.monotonic() + 240
         while state_of(tmp_path, run_id)["step"] is None:     # training is under way
@@ -136,7 +104,7 @@ def test_sigkill_of_the_detached_launcher_ends_every_task_and_status_says_so(tmp
         "name": "fake", "cluster": {"chief": 1, "worker": 1, "ps": 1},
         "command": [sys.executable, FAKE_TASK], "model_dir": str(tmp_path / "model"),
         "max_steps": 10, "check_storage": False, "env": {"FAKE_PLAN": json.dumps(plan)}}))
-    with cleanup(tmp_path, runs):
+    with cancelled_on_exit(tmp_path, runs):
         run_id = detach(spec, runs)
         state = state_of(tmp_path, run_id)
         assert state["state"] == "running" and len(tfcluster_tasks()) >= 3
@@ -169,7 +137,7 @@ def test_a_detached_run_outlives_the_terminal_it_was_started_from(tmp_path, runs
                              env=dict(os.environ, **runs),
                              preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
     os.close(slave)
-    with cleanup(tmp_path, runs):
+    with cancelled_on_exit(tmp_path, runs):
         try:
             run_id = wait_for_run_id(tmp_path / "out")
             os.close(master)                        # the terminal goes away

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import PY_TF215, REPO, launched, run_launch, tfcluster_tasks, wait_gone
+from support import PY_TF215, REPO, launched, run_launch, state_of, tfcluster_tasks, wait_gone
 from test_slurm_backend import released, squeue, write_spec
 
 from launcher.backends.slurm import LIVE_STATES, job_state
@@ -44,10 +44,6 @@ def submit(spec: Path, env: dict) -> tuple[str, str]:
     assert m, done.stdout
     assert f"launch status {m.group(1)}" in done.stdout
     return m.group(1), m.group(2)
-
-
-def state_of(tmp_path: Path, run_id: str) -> dict:
-    return json.loads((tmp_path / "runs" / run_id / "state.json").read_text())
 
 
 def wait_for(predicate, timeout: float, what: str):

@@ -11,19 +11,20 @@ import time
 from pathlib import Path
 
 import psutil
-import pytest
 from ssh_specs import write_spec
-from support import REPO, marked_processes, run_launch
+from support import (
+    REPO,
+    cancelled_on_exit,
+    daemon_alive,
+    detach,
+    marked_processes,
+    run_launch,
+    state_of,
+    wait_state,
+)
 from test_ssh_jobs import tasks_by_host
 
 FAKE_TASK = str(REPO / "tests" / "local" / "fake_task.py")
-
-
-@pytest.fixture
-def runs(tmp_path, monkeypatch) -> dict[str, str]:
-    """A run root of the test's own, for `launch` and for every command after it."""
-    monkeypatch.setenv("TFCLUSTER_RUNS", str(tmp_path / "runs"))
-    return {"TFCLUSTER_RUNS": str(tmp_path / "runs")}
 
 
 def fake_spec(tmp_path: Path, bed, cluster: dict, plan: dict) -> Path:
@@ -35,40 +36,6 @@ def fake_spec(tmp_path: Path, bed, cluster: dict, plan: dict) -> Path:
     del doc["run_dir"]
     spec.write_text(json.dumps(doc, indent=2))
     return spec
-
-
-def detach(spec: Path, env: dict) -> tuple[str, float]:
-    """`launch --detach`: (run id, seconds it took to return)."""
-    started = time.monotonic()
-    done = run_launch(str(spec), "--detach", env=env, timeout=60)
-    took = time.monotonic() - started
-    assert done.returncode == 0, done.stderr
-    first = done.stdout.splitlines()[0]
-    assert first.startswith("run ") and " detached (launcher pid " in first, done.stdout
-    run_id = first.split()[1]
-    for verb in ("status", "logs", "cancel"):
-        assert f"launch {verb} {run_id}" in done.stdout
-    return run_id, took
-
-
-def state_of(tmp_path: Path, run_id: str) -> dict:
-    return json.loads((tmp_path / "runs" / run_id / "state.json").read_text())
-
-
-def wait_state(tmp_path: Path, run_id: str, want: tuple[str, ...], timeout: float) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        state = state_of(tmp_path, run_id)
-        if state["state"] in want or time.monotonic() > deadline:
-            return state
-        time.sleep(0.3)
-
-
-def daemon_alive(state: dict) -> bool:
-    try:
-        return psutil.Process(state["launcher"]["pid"]).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def local_ssh() -> list[psutil.Process]:
@@ -91,18 +58,11 @@ def wait_tasks(bed, expected: dict[str, set[str]], timeout: float = 15) -> dict:
     return seen
 
 
-def cancel_all(tmp_path: Path, env: dict) -> None:
-    """Whatever a failing test left running is cancelled on the way out."""
-    for run_dir in (tmp_path / "runs").glob("*"):
-        run_launch("cancel", str(run_dir), env=env, timeout=180)
-
-
 def test_detached_ssh_run_reports_running_then_succeeds(hosts, tmp_path, runs):
     spec = fake_spec(tmp_path, hosts, {"chief": ["h1"], "worker": ["h2"], "ps": ["h3"]},
                      {"chief": "exit 0 after 8", "worker": "exit 0 after 6", "ps": "forever"})
-    try:
-        run_id, took = detach(spec, runs)
-        assert took < 30, f"launch --detach took {took:.1f}s to return"
+    with cancelled_on_exit(tmp_path, runs):
+        run_id = detach(spec, runs)
         # the launch that detached has exited; its daemon drives the tasks on the hosts
         state = state_of(tmp_path, run_id)
         assert state["backend"] == "ssh" and state["detached"] and daemon_alive(state)
@@ -139,8 +99,6 @@ def test_detached_ssh_run_reports_running_then_succeeds(hosts, tmp_path, runs):
         assert "hello from ps:0" in logs.stdout, logs.stdout
         assert hosts.leftovers(timeout=5) == {}
         assert local_ssh() == []
-    finally:
-        cancel_all(tmp_path, runs)
 
 
 def test_cancel_of_a_detached_ssh_run_leaves_nothing_on_any_host(hosts, tmp_path, runs):
@@ -149,9 +107,8 @@ def test_cancel_of_a_detached_ssh_run_leaves_nothing_on_any_host(hosts, tmp_path
     spec = fake_spec(tmp_path, hosts,
                      {"chief": ["h1"], "worker": ["h2", "h3"], "ps": ["h3"]},
                      {"chief": "forever", "worker": "spawn-forever", "ps": "forever"})
-    try:
-        run_id, took = detach(spec, runs)
-        assert took < 30, f"launch --detach took {took:.1f}s to return"
+    with cancelled_on_exit(tmp_path, runs):
+        run_id = detach(spec, runs)
         expected = {"h1": {"chief:0"}, "h2": {"worker:0"}, "h3": {"worker:1", "ps:0"}}
         assert wait_tasks(hosts, expected) == expected
         # the worker's child runs on its host too
@@ -178,5 +135,3 @@ def test_cancel_of_a_detached_ssh_run_leaves_nothing_on_any_host(hosts, tmp_path
                   (tmp_path / "runs" / run_id / "events.jsonl").read_text().splitlines()]
         assert [sorted(e["tasks"]) for e in events if e["event"] == "stopping"] == [
             ["chief:0", "worker:0", "worker:1"], ["ps:0"]]
-    finally:
-        cancel_all(tmp_path, runs)
