@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -162,3 +163,27 @@ def wait_for_run_id(path: Path, timeout: float = 60) -> str:
             return text.split()[1]
         time.sleep(0.1)
     raise AssertionError(f"launch --detach printed no run id: {text!r}")
+
+
+def test_a_detached_run_that_cannot_start_says_why_and_exits_2(tmp_path, runs):
+    """An error found before every task started (here a port of the spec already taken) is
+    printed by `launch --detach` itself, in one line, exit 2; the run is failed and nothing
+    runs (docs/runs.md)."""
+    with socket.socket() as taken:
+        taken.bind(("", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        spec = tmp_path / "spec.json"
+        spec.write_text(json.dumps({
+            "name": "taken", "cluster": {"chief": [f"localhost:{port}"], "ps": ["localhost"]},
+            "command": [sys.executable, FAKE_TASK], "model_dir": str(tmp_path / "model"),
+            "check_storage": False, "env": {"FAKE_PLAN": json.dumps({"chief": "forever",
+                                                                     "ps": "forever"})}}))
+        with cancelled_on_exit(tmp_path, runs):
+            done = run_launch(str(spec), "--detach", env=runs, timeout=60)
+            assert done.returncode == 2, done.stdout + done.stderr
+            lines = done.stderr.strip().splitlines()
+            assert len(lines) == 1 and f"port {port} is already in use" in lines[0], lines
+            assert tfcluster_tasks() == []
+            (run_dir,) = (tmp_path / "runs").iterdir()    # `launch status` finds it failed
+            assert state_of(tmp_path, run_dir.name)["state"] == "failed"
