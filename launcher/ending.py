@@ -6,8 +6,11 @@ tasks and of model_dir; it stops what the answer names and ends the job when it 
 ``done``. The rules (docs/ending.md):
 
 1. Trainers. In asynchronous training (a ps holds the variables) only the chief saves, so
-   once it exited 0 a worker still running adds nothing to any checkpoint: stopped
-   ``WORKER_GRACE`` s after the chief's exit, time for workers that end with it.
+   once it exited 0 a worker still running adds nothing to any checkpoint. An Estimator
+   worker that trains ends at its next step, but a container or a Slurm step reports the
+   exit late: it is stopped ``WORKER_GRACE`` s after the chief's exit. One still sleeping
+   in Estimator's start delay (``start_delay``), and a ParameterServerStrategy worker (a
+   server that never exits), are stopped one poll (``timeouts.poll``) after it.
    Once a complete checkpoint reached max_steps, trainers whose step is past it by more
    than asynchronous updates overshoot (``OVERSHOOT_PER_TRAINER`` steps per trainer: the
    script ignores max_steps) are stopped in the same turn; the others (a chief running a
@@ -38,10 +41,11 @@ EVAL_QUIET = 30.0         # s of silence after its final evaluation: the evaluat
 # The last line TensorFlow's evaluator prints when it waits for a new checkpoint.
 IDLE_LINES = ("before starting next eval run", "No new checkpoint ready for evaluation")
 OVERSHOOT_PER_TRAINER = 3  # asynchronous updates past max_steps that are not "training on"
-# s a worker of asynchronous training has after the chief's exit to end with it: one on its
-# way out ends within seconds on every backend (a container or a Slurm step reports its
-# exit late); one still sleeping in TensorFlow's start delay (5*(i+1) s) is not waited for.
+# s an Estimator worker that trains has after the chief's exit to end with it: it ends at
+# its next step, but a container or a Slurm step reports the exit late.
 WORKER_GRACE = 10.0
+ESTIMATOR_DELAY_PER_WORKER = 5.0   # tf.estimator: worker i sleeps 5*(i+1) s before training,
+ESTIMATOR_MAX_DELAY = 60.0         # at most 60 s (RunConfig.experimental_max_worker_delay_secs)
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,7 @@ class TaskView:
     last_line: str = ""            # its last output line
     restart_due: bool = False      # ended, and the job loop will start it again
     ended_at: float | None = None  # job-loop clock time of its exit
+    started_at: float | None = None  # job-loop clock time of its (latest) start
 
 
 @dataclass(frozen=True)
@@ -80,17 +85,20 @@ class EndStep:
 
 def end_step(now: float, tasks: Iterable[TaskView], training: TrainingView,
              timeouts: dict[str, float], synchronous: bool,
-             trainers_done_at: float | None, done_at: float | None = None) -> EndStep:
+             trainers_done_at: float | None, done_at: float | None = None,
+             estimator: bool = True) -> EndStep:
     """The next step of the end (see the module docstring). ``done_at``: when training was
     seen done (max_steps reached, or the primary task exited 0; default now);
-    ``trainers_done_at``: when the last trainer ended (None while one runs)."""
+    ``trainers_done_at``: when the last trainer ended (None while one runs);
+    ``estimator``: the workers are tf.estimator's (they end by themselves)."""
     tasks = list(tasks)
     running = [t for t in tasks if t.running]
     trainers = [t for t in running if t.type in TRAINERS]
     if trainers:
         since = training.reached_at if training.reached_at is not None else \
             done_at if done_at is not None else now
-        return _trainers(now, since, tasks, trainers, training, timeouts, synchronous)
+        return _trainers(now, since, tasks, trainers, training, timeouts, synchronous,
+                         estimator)
     if any(t.restart_due and t.type in TRAINERS for t in tasks):
         return EndStep()
     ps = [t for t in running if t.type == "ps"]
@@ -102,13 +110,14 @@ def end_step(now: float, tasks: Iterable[TaskView], training: TrainingView,
 
 def _trainers(now: float, since: float, tasks: list[TaskView], trainers: list[TaskView],
               training: TrainingView, timeouts: dict[str, float],
-              synchronous: bool) -> EndStep:
+              synchronous: bool, estimator: bool) -> EndStep:
     primary = _primary(tasks)
     asynchronous = not synchronous and any(t.type == "ps" for t in tasks)
-    if asynchronous and primary is not None and not primary.running and primary.status == 0 \
-            and now - (primary.ended_at if primary.ended_at is not None else now) >= \
-            max(WORKER_GRACE, timeouts.get("poll", 1.0)):
-        workers = [t for t in trainers if t is not primary]
+    if asynchronous and primary is not None and not primary.running and primary.status == 0:
+        after = now - (primary.ended_at if primary.ended_at is not None else now)
+        poll = timeouts.get("poll", 1.0)
+        workers = [t for t in trainers if t is not primary and after >= (
+            max(WORKER_GRACE, poll) if estimator and not _in_start_delay(t, now) else poll)]
         if workers:
             return EndStep(_names(workers), f"{primary.name} saved its final checkpoint and "
                                             f"exited: {_names_text(workers)} "
@@ -166,6 +175,17 @@ def target_step(training: TrainingView) -> int | None:
     training ended short of it (or max_steps is not known)."""
     steps = [s for s in (training.max_steps, training.final_step) if s is not None]
     return min(steps) if steps else None
+
+
+def start_delay(task: TaskView) -> float:
+    """How long tf.estimator keeps this worker asleep before it trains."""
+    index = int(task.name.rsplit(":", 1)[1])
+    return min(ESTIMATOR_MAX_DELAY, ESTIMATOR_DELAY_PER_WORKER * (index + 1))
+
+
+def _in_start_delay(task: TaskView, now: float) -> bool:
+    return task.type == "worker" and task.started_at is not None and \
+        now - task.started_at < start_delay(task)
 
 
 def _moving(training: TrainingView, trainers: int) -> bool:

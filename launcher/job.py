@@ -488,13 +488,15 @@ class Job:
                           quiet_for=now - (r.last_output if r.last_output is not None else
                                            r.started if r.started is not None else now),
                           last_line=r.tail[-1] if r.tail else "",
-                          restart_due=r.name in self.due, ended_at=r.ended)
+                          restart_due=r.name in self.due, ended_at=r.ended,
+                          started_at=r.started)
                  for r in self.runs]
         if self.trainers_done_at is None and not any(
                 v.type in TRAINERS and (v.running or v.restart_due) for v in views):
             self.trainers_done_at = now
         step = end_step(now, views, self._training(), self.timeouts, self.plan.synchronous,
-                        self.trainers_done_at, self.training_done_at)
+                        self.trainers_done_at, self.training_done_at,
+                        estimator=self.plan.strategy == "estimator")
         if step.stop:
             self.console.info(f"stopping {', '.join(step.stop)}: {step.reason}")
             self.stop([r for r in self.runs if r.name in step.stop], step.reason)

@@ -35,6 +35,15 @@ def test_workers_go_soon_after_the_chief_of_asynchronous_training_exited():
     assert s.reason.startswith("chief:0 saved its final checkpoint and exited")
 
 
+def test_workers_in_start_delay_or_serving_a_keras_coordinator_go_a_poll_after_the_chief():
+    asleep = cluster(chief_0=dict(EXITED, ended_at=99.0),
+                     worker_0={"started_at": 96.0}, worker_1={"started_at": 80.0})
+    assert step(asleep).stop == ("worker:0",)     # 4 s into its 5 s delay; worker:1 trains
+    servers = cluster(chief_0=dict(EXITED, ended_at=99.0))
+    pss = end_step(100.0, servers, TRAINING, TIMEOUTS, False, None, estimator=False)
+    assert pss.stop == ("worker:0", "worker:1")
+
+
 def test_synchronous_trainers_get_the_finish_window():
     tasks = [t for t in cluster(chief_0=EXITED) if t.type != "ps"]
     reached = TrainingView(600, reached_at=90.0, latest_step=900)

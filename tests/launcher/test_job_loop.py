@@ -38,9 +38,10 @@ def test_tasks_start_ps_first_and_evaluator_last(tmp_path):
 
 def test_chief_success_ends_the_job_and_stops_the_ps(tmp_path):
     """Asynchronous training (a ps): only the chief saves, so once it exited 0 the workers
-    add nothing; they get WORKER_GRACE to end with it, then the ps is stopped (issue 10)."""
-    backend = ScriptedBackend({"chief:0": [Script(exit_at=3)], "worker:0": [Script(exit_at=20)],
-                               "worker:1": [Script(exit_at=3 + WORKER_GRACE - 1)]})
+    add nothing; past Estimator's start delay they get WORKER_GRACE to end with it, then the
+    ps is stopped (issue 10)."""
+    backend = ScriptedBackend({"chief:0": [Script(exit_at=70)], "worker:0": [Script(exit_at=99)],
+                               "worker:1": [Script(exit_at=70 + WORKER_GRACE - 1)]})
     result, out = run_job(spec(), backend, tmp_path)
     assert result.status == 0 and result.reason == "training finished and every task ended"
     assert [status(result, n) for n in ("chief:0", "worker:0", "worker:1", "ps:0")] == \
@@ -48,7 +49,18 @@ def test_chief_success_ends_the_job_and_stops_the_ps(tmp_path):
     assert backend.handles["ps:0"][0].signals == [signal.SIGTERM]
     assert "chief:0 finished; waiting for the others to end" in out.getvalue()
     assert "stopping worker:0: chief:0 saved its final checkpoint and exited" in out.getvalue()
-    assert 3 + WORKER_GRACE <= result.duration < 3 + WORKER_GRACE + 0.4
+    assert 70 + WORKER_GRACE <= result.duration < 70 + WORKER_GRACE + 0.4
+
+
+def test_workers_still_in_estimators_start_delay_are_stopped_a_poll_after_the_chief(tmp_path):
+    """A short job: the chief is done before the workers woke from tf.estimator's start
+    delay (worker i sleeps 5*(i+1) s); waking, they would only find max_steps reached."""
+    backend = ScriptedBackend({"chief:0": [Script(exit_at=3)], "worker:0": [Script(exit_at=6)],
+                               "worker:1": [Script(exit_at=11)]})
+    result, _ = run_job(spec(), backend, tmp_path)
+    assert result.status == 0
+    assert [status(result, n) for n in ("worker:0", "worker:1")] == ["stopped (SIGTERM)"] * 2
+    assert 3 + TIMEOUTS["poll"] <= result.duration < 3 + TIMEOUTS["poll"] + 0.4
 
 
 def test_synchronous_trainers_end_together_and_get_the_finish_window(tmp_path):
