@@ -8,13 +8,12 @@ container is left. The same scenario on the local backend: tests/faults/test_fro
 from __future__ import annotations
 
 import json
-import re
 import time
 
 import pytest
 from docker_support import docker_spec
-from faults.harness import JOBS, Kill, LaunchRun, detected_in, newest_checkpoint, resumed_after
-from support import PY_TF215, REPO, events, run_dir
+from faults.harness import JOBS, Kill, LaunchRun, check_ps_recovered
+from support import REPO, run_dir
 from test_docker_jobs import RUN_LABEL, wait_for, write_spec
 
 MAX_STEPS, UNRESPONSIVE = 300, 5
@@ -52,18 +51,7 @@ def test_paused_ps_container_is_named_killed_and_the_cluster_restarts(engine, im
             run.wait(timeout=0)
     stderr = run.stderr_text()
     assert status == 0, stderr[-4000:]
-    assert re.search(rf"ps:0 \(localhost:\d+\) has not answered TensorFlow's gRPC for "
-                     rf"{UNRESPONSIVE} s; restarting the whole cluster from the newest "
-                     rf"checkpoint", stderr), stderr[-3000:]
-    # named within unresponsive + one probe period (its last answer came before the pause)
-    reacted = detected_in(run_dir(tmp_path), frozen)
-    assert reacted is not None and reacted <= UNRESPONSIVE + PROBE_PERIOD + 0.5, reacted
-    assert resumed_after([run], frozen) is not None
-    name, step, error = newest_checkpoint(model_dir, PY_TF215)
-    assert error is None and step >= MAX_STEPS, (name, step, error)
-    lost = [e for e in events(tmp_path) if e["event"] == "task_unresponsive"]
-    assert [e["task"] for e in lost] == ["ps:0"]
-    stopping = [e for e in events(tmp_path) if e["event"] == "stopping"]
-    assert stopping[0]["tasks"] == ["ps:0"] and stopping[0]["signal"] == "SIGKILL"
+    check_ps_recovered(run, frozen, run_dir(tmp_path), model_dir, "localhost",
+                       UNRESPONSIVE, MAX_STEPS, PROBE_PERIOD)
     wait_for(lambda: not engine.containers(label=f"{RUN_LABEL}={run_id}"), 10)
     assert not run.leftovers(), "processes left behind"

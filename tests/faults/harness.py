@@ -226,6 +226,29 @@ def detected_in(run_dir: Path, kill: Kill) -> float | None:
     return None
 
 
+def check_ps_recovered(run: LaunchRun, frozen: Kill, run_dir: Path, model_dir: Path,
+                       host: str, unresponsive: int, max_steps: int,
+                       probe_period: float = 2.0) -> None:
+    """What a user checks after a frozen ps under the default policy: the console named it
+    (``host``: a regex of its address' host), within ``unresponsive`` + one probe period
+    of the freeze (its last answer came before it; launcher.liveness.PROBE_PERIOD), it alone
+    was lost and was stopped first, with SIGKILL, the restarted cluster trained on, and
+    the newest checkpoint is readable and at max_steps."""
+    stderr = run.stderr_text()
+    assert re.search(rf"ps:0 \({host}:\d+\) has not answered TensorFlow's gRPC for "
+                     rf"{unresponsive} s; restarting the whole cluster from the newest "
+                     rf"checkpoint", stderr), stderr[-3000:]
+    reacted = detected_in(run_dir, frozen)
+    assert reacted is not None and reacted <= unresponsive + probe_period + 0.5, reacted
+    assert resumed_after([run], frozen) is not None
+    name, step, error = newest_checkpoint(model_dir, PY_TF215)
+    assert error is None and step >= max_steps, (name, step, error)
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert [e["task"] for e in events if e["event"] == "task_unresponsive"] == ["ps:0"]
+    stopping = [e for e in events if e["event"] == "stopping"]
+    assert stopping[0]["tasks"] == ["ps:0"] and stopping[0]["signal"] == "SIGKILL"
+
+
 def _after_restart(run: LaunchRun, kill: Kill, tasks: tuple[str, ...] | None) -> list[Line]:
     """Lines a task printed after a ``tfjob-start`` banner that came after the kill, in
     order (a banner is printed first thing, so it can only come from a new process)."""

@@ -11,12 +11,10 @@ import sys
 
 import pytest
 from harness import (
-    PY_TF215,
     LaunchRun,
+    check_ps_recovered,
     detected_in,
     job_spec,
-    newest_checkpoint,
-    resumed_after,
     write_spec,
 )
 from support import events, run_dir, run_launch
@@ -42,18 +40,8 @@ def test_frozen_ps_is_named_killed_and_the_cluster_restarts_from_the_newest_chec
     status = run.wait(timeout=300)
     stderr = run.stderr_text()
     assert status == 0, stderr[-4000:]
-    assert re.search(rf"ps:0 \(localhost:\d+\) has not answered TensorFlow's gRPC for "
-                     rf"{UNRESPONSIVE} s; restarting the whole cluster from the newest "
-                     rf"checkpoint", stderr), stderr[-3000:]
-    # named within unresponsive + one probe period (its last answer came before the freeze)
-    assert detected_in(run_dir(tmp_path), frozen) <= UNRESPONSIVE + PROBE_PERIOD + 0.5
-    assert resumed_after([run], frozen) is not None
-    name, step, error = newest_checkpoint(tmp_path / "model", PY_TF215)
-    assert error is None and step >= MAX_STEPS, (name, step, error)
-    lost = [e for e in events(tmp_path) if e["event"] == "task_unresponsive"]
-    assert [e["task"] for e in lost] == ["ps:0"]
-    stopping = [e for e in events(tmp_path) if e["event"] == "stopping"]
-    assert stopping[0]["tasks"] == ["ps:0"] and stopping[0]["signal"] == "SIGKILL"
+    check_ps_recovered(run, frozen, run_dir(tmp_path), tmp_path / "model", "localhost",
+                       UNRESPONSIVE, MAX_STEPS, PROBE_PERIOD)
     assert not run.leftovers(), "processes left behind"
 
 

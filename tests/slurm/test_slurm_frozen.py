@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import signal
 
 import pytest
-from faults.harness import JOBS, LaunchRun, detected_in, newest_checkpoint, resumed_after
-from support import PY_TF215, events, run_dir
+from faults.harness import JOBS, LaunchRun, check_ps_recovered
+from support import PY_TF215, run_dir
 from test_slurm_backend import released, write_spec
 
 MAX_STEPS, UNRESPONSIVE = 300, 5
@@ -44,18 +43,7 @@ def test_frozen_ps_step_is_named_killed_and_the_cluster_restarts(tmp_path, slurm
             run.wait(timeout=0)
     stderr = run.stderr_text()
     assert status == 0, stderr[-4000:]
-    assert re.search(rf"ps:0 \(127\.0\.0\.1:\d+\) has not answered TensorFlow's gRPC for "
-                     rf"{UNRESPONSIVE} s; restarting the whole cluster from the newest "
-                     rf"checkpoint", stderr), stderr[-3000:]
-    # named within unresponsive + one probe period (its last answer came before the freeze)
-    reacted = detected_in(run_dir(tmp_path), frozen)
-    assert reacted is not None and reacted <= UNRESPONSIVE + PROBE_PERIOD + 0.5, reacted
-    assert resumed_after([run], frozen) is not None
-    name, step, error = newest_checkpoint(tmp_path / "model", PY_TF215)
-    assert error is None and step >= MAX_STEPS, (name, step, error)
-    lost = [e for e in events(tmp_path) if e["event"] == "task_unresponsive"]
-    assert [e["task"] for e in lost] == ["ps:0"]
-    stopping = [e for e in events(tmp_path) if e["event"] == "stopping"]
-    assert stopping[0]["tasks"] == ["ps:0"] and stopping[0]["signal"] == "SIGKILL"
+    check_ps_recovered(run, frozen, run_dir(tmp_path), tmp_path / "model", r"127\.0\.0\.1",
+                       UNRESPONSIVE, MAX_STEPS, PROBE_PERIOD)
     assert released(slurm_cluster)
     assert not run.leftovers(), "processes left behind"
