@@ -173,3 +173,43 @@ def cancelled_on_exit(tmp_path: Path, env: dict) -> Iterator[None]:
     finally:
         for run_dir in (tmp_path / "runs").glob("*"):
             run_launch("cancel", str(run_dir), env=env, timeout=180)
+
+
+def check_listed_running(run_id: str, name: str, backend: str, env: dict) -> list[str]:
+    """`launch status` and `launch list` say the run is running; its task rows."""
+    status = run_launch("status", run_id, env=env)
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert f"run {run_id}  {name}  backend {backend}  state running" in status.stdout
+    listed = run_launch("list", env=env)
+    row = next(line for line in listed.stdout.splitlines() if line.startswith(run_id))
+    assert row.split()[1:4] == [name, backend, "running"], listed.stdout
+    return status.stdout.splitlines()[2:]
+
+
+def check_succeeded(run_id: str, state: dict, env: dict) -> None:
+    """A stand-in job's run ended well: `launch status` says succeeded and why; chief and
+    worker ended by themselves, the ps was stopped; the chief's log is there."""
+    status = run_launch("status", run_id, env=env)
+    assert status.returncode == 0, status.stdout
+    assert "state succeeded" in status.stdout
+    assert "reason: training finished and every task ended" in status.stdout
+    rows = {t["task"]: t for t in state["tasks"]}
+    assert (rows["chief:0"]["exit"], rows["chief:0"]["stopped"]) == (0, False), rows
+    assert (rows["worker:0"]["exit"], rows["worker:0"]["stopped"]) == (0, False), rows
+    assert rows["ps:0"]["stopped"] and rows["ps:0"]["state"] == "stopped (SIGTERM)", rows
+    logs = run_launch("logs", run_id, "chief:0", env=env)
+    assert logs.returncode == 0 and "hello from chief:0" in logs.stdout, logs.stdout
+
+
+def check_cancelled(tmp_path: Path, run_id: str, env: dict, trainers: list[str]) -> None:
+    """After `launch cancel`: status says cancelled and why, every task was stopped with
+    SIGTERM, the trainers first and the ps last."""
+    status = run_launch("status", run_id, env=env)
+    assert status.returncode == 1, status.stdout
+    assert "state cancelled" in status.stdout
+    assert "reason: cancelled by `launch cancel` (interrupted by SIGTERM)" in status.stdout
+    tasks = state_of(tmp_path, run_id)["tasks"]
+    assert all(t["stopped"] and t["state"] == "stopped (SIGTERM)" for t in tasks), tasks
+    lines = (tmp_path / "runs" / run_id / "events.jsonl").read_text().splitlines()
+    stops = [sorted(e["tasks"]) for e in map(json.loads, lines) if e["event"] == "stopping"]
+    assert stops == [sorted(trainers), ["ps:0"]], stops

@@ -16,6 +16,9 @@ from docker_support import docker_spec
 from support import (
     REPO,
     cancelled_on_exit,
+    check_cancelled,
+    check_listed_running,
+    check_succeeded,
     daemon_alive,
     detach,
     marked_processes,
@@ -79,14 +82,9 @@ def test_detached_docker_run_reports_running_then_succeeds(engine, image, tmp_pa
         mine = f"{RUN_LABEL}={run_id}"
         assert wait_for(lambda: set(engine.containers(label=mine)) == task_containers(run_id),
                         20), engine.containers(label=mine)
-        status = run_launch("status", run_id, env=runs)
-        assert status.returncode == 0, status.stdout + status.stderr
-        assert f"run {run_id}  dk-detach  backend docker  state running" in status.stdout
-        rows = {line.split()[0]: line.split() for line in status.stdout.splitlines()[2:]}
+        lines = check_listed_running(run_id, "dk-detach", "docker", runs)
+        rows = {line.split()[0]: line.split() for line in lines}
         assert all(rows[t][2] == "running" for t in ("chief:0", "worker:0", "ps:0")), rows
-        listed = run_launch("list", env=runs)
-        row = next(line for line in listed.stdout.splitlines() if line.startswith(run_id))
-        assert row.split()[1:4] == ["dk-detach", "docker", "running"], listed.stdout
         # the chief's container ends by itself: the run ends, the ps is stopped, the daemon
         # and its reaper exit, and no container of the run is left
         state = wait_for(lambda: (s := state_of(tmp_path, run_id))["state"] not in
@@ -95,16 +93,7 @@ def test_detached_docker_run_reports_running_then_succeeds(engine, image, tmp_pa
         assert wait_for(lambda: not daemon_alive(state), 30), "the daemon outlived its run"
         assert engine.containers(label=mine) == []
         assert reapers(run_id) == []
-        status = run_launch("status", run_id, env=runs)
-        assert status.returncode == 0, status.stdout
-        assert "state succeeded" in status.stdout
-        assert "reason: training finished and every task ended" in status.stdout
-        rows = {t["task"]: t for t in state["tasks"]}
-        assert (rows["chief:0"]["exit"], rows["chief:0"]["stopped"]) == (0, False), rows
-        assert (rows["worker:0"]["exit"], rows["worker:0"]["stopped"]) == (0, False), rows
-        assert rows["ps:0"]["stopped"] and rows["ps:0"]["state"] == "stopped (SIGTERM)", rows
-        logs = run_launch("logs", run_id, "chief:0", env=runs)
-        assert logs.returncode == 0 and "hello from chief:0" in logs.stdout, logs.stdout
+        check_succeeded(run_id, state, runs)
 
 
 def test_cancel_of_a_detached_docker_run_leaves_no_container(engine, image, tmp_path, runs):
@@ -128,14 +117,4 @@ def test_cancel_of_a_detached_docker_run_leaves_no_container(engine, image, tmp_
         assert tfcluster_tasks() == []
         assert not daemon_alive(daemon)
         assert reapers(run_id) == []
-        status = run_launch("status", run_id, env=runs)
-        assert status.returncode == 1, status.stdout
-        assert "state cancelled" in status.stdout
-        assert "reason: cancelled by `launch cancel` (interrupted by SIGTERM)" in status.stdout
-        state = state_of(tmp_path, run_id)
-        assert all(t["stopped"] and t["state"] == "stopped (SIGTERM)" for t in state["tasks"]), \
-            state["tasks"]
-        events = [json.loads(line) for line in
-                  (tmp_path / "runs" / run_id / "events.jsonl").read_text().splitlines()]
-        assert [sorted(e["tasks"]) for e in events if e["event"] == "stopping"] == [
-            ["chief:0", "worker:0"], ["ps:0"]]
+        check_cancelled(tmp_path, run_id, runs, ["chief:0", "worker:0"])

@@ -15,6 +15,9 @@ from ssh_specs import write_spec
 from support import (
     REPO,
     cancelled_on_exit,
+    check_cancelled,
+    check_listed_running,
+    check_succeeded,
     daemon_alive,
     detach,
     marked_processes,
@@ -68,16 +71,11 @@ def test_detached_ssh_run_reports_running_then_succeeds(hosts, tmp_path, runs):
         assert state["backend"] == "ssh" and state["detached"] and daemon_alive(state)
         expected = {"h1": {"chief:0"}, "h2": {"worker:0"}, "h3": {"ps:0"}}
         assert wait_tasks(hosts, expected) == expected
-        status = run_launch("status", run_id, env=runs)
-        assert status.returncode == 0, status.stdout + status.stderr
-        assert f"run {run_id}  ssh-test  backend ssh  state running" in status.stdout
-        rows = {line.split()[0]: line for line in status.stdout.splitlines()[2:]}
+        lines = check_listed_running(run_id, "ssh-test", "ssh", runs)
+        rows = {line.split()[0]: line for line in lines}
         for task, host in (("chief:0", 0), ("worker:0", 1), ("ps:0", 2)):
             assert rows[task].split()[1].startswith(hosts.hosts[host].address + ":"), rows
             assert rows[task].split()[2] == "running", rows
-        listed = run_launch("list", env=runs)
-        row = next(line for line in listed.stdout.splitlines() if line.startswith(run_id))
-        assert row.split()[1:4] == ["ssh-test", "ssh", "running"], listed.stdout
         # the chief ends by itself: the run ends, the ps is stopped, the daemon exits
         state = wait_state(tmp_path, run_id, ("succeeded", "failed", "cancelled", "lost"), 60)
         assert state["state"] == "succeeded", state
@@ -85,16 +83,7 @@ def test_detached_ssh_run_reports_running_then_succeeds(hosts, tmp_path, runs):
         while daemon_alive(state) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not daemon_alive(state), "the detached launcher outlived its run"
-        status = run_launch("status", run_id, env=runs)
-        assert status.returncode == 0, status.stdout
-        assert "state succeeded" in status.stdout
-        assert "reason: training finished and every task ended" in status.stdout
-        rows = {t["task"]: t for t in state["tasks"]}
-        assert (rows["chief:0"]["exit"], rows["chief:0"]["stopped"]) == (0, False), rows
-        assert (rows["worker:0"]["exit"], rows["worker:0"]["stopped"]) == (0, False), rows
-        assert rows["ps:0"]["stopped"] and rows["ps:0"]["state"] == "stopped (SIGTERM)", rows
-        logs = run_launch("logs", run_id, "chief:0", env=runs)
-        assert logs.returncode == 0 and "hello from chief:0" in logs.stdout, logs.stdout
+        check_succeeded(run_id, state, runs)
         logs = run_launch("logs", run_id, "ps", env=runs)
         assert "hello from ps:0" in logs.stdout, logs.stdout
         assert hosts.leftovers(timeout=5) == {}
@@ -124,14 +113,4 @@ def test_cancel_of_a_detached_ssh_run_leaves_nothing_on_any_host(hosts, tmp_path
         assert hosts.leftovers(timeout=0) == {}, "cancel returned with tasks on the hosts"
         assert not daemon_alive(daemon)
         assert local_ssh() == []
-        status = run_launch("status", run_id, env=runs)
-        assert status.returncode == 1, status.stdout
-        assert "state cancelled" in status.stdout
-        assert "reason: cancelled by `launch cancel` (interrupted by SIGTERM)" in status.stdout
-        state = state_of(tmp_path, run_id)
-        assert all(t["stopped"] and t["state"] == "stopped (SIGTERM)" for t in state["tasks"]), \
-            state["tasks"]
-        events = [json.loads(line) for line in
-                  (tmp_path / "runs" / run_id / "events.jsonl").read_text().splitlines()]
-        assert [sorted(e["tasks"]) for e in events if e["event"] == "stopping"] == [
-            ["chief:0", "worker:0", "worker:1"], ["ps:0"]]
+        check_cancelled(tmp_path, run_id, runs, ["chief:0", "worker:0", "worker:1"])
