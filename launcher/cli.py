@@ -12,6 +12,7 @@ import signal
 import sys
 
 from launcher.errors import Terminated, UsageError
+from launcher.signals import catch
 
 SUBCOMMANDS = {
     "report": "launcher.output.report",
@@ -103,10 +104,10 @@ def _terminate(signum, _frame):
 
 
 def _guard(fn) -> int:
-    # Until the job loop installs its own handlers, SIGTERM unwinds like Ctrl-C does, so
-    # cleanups (probes, allocations, connections) run.
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _terminate)
+    # Until the job loop installs its own handlers, SIGTERM (and SIGHUP unless ignored:
+    # launcher/signals.py) unwinds like Ctrl-C does, so cleanups (probes, allocations,
+    # connections) run.
+    catch(_terminate, (signal.SIGTERM, signal.SIGHUP))
     try:
         return fn()
     except UsageError as e:

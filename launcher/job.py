@@ -50,6 +50,7 @@ from launcher.output.console import Console
 from launcher.output.noise import latest_state
 from launcher.plan import JobPlan, TaskPlan
 from launcher.restarts import RestartBook
+from launcher.signals import catch, restore
 from launcher.tracebacks import Excerpt, describe, last_exception
 from orchestrator.decisions import CLUSTER, FAIL, FINISH, IGNORE, LOST, Decision, TaskState
 from orchestrator.roles import PRIMARY_ORDER, TRAINERS
@@ -341,7 +342,7 @@ class Job:
                     run.pump.join(timeout=5)
             for monitor in self.monitors:
                 monitor.close()
-            self._restore_signal_handlers(previous)
+            restore(previous)
 
     def _run(self) -> JobResult:
         self.events.write("job_started", run_id=self.plan.run_id, tasks=len(self.runs))
@@ -543,15 +544,8 @@ class Job:
                 return
             self.interrupted = signum
 
-        previous = {}
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            previous[sig] = signal.signal(sig, handler)
-        return previous
+        return catch(handler)
 
-    @staticmethod
-    def _restore_signal_handlers(previous: dict) -> None:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
 
 
 def excerpt_lines(run: TaskRun, excerpt: Excerpt) -> list[str]:

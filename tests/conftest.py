@@ -3,9 +3,17 @@ behind. Helpers are in support.py."""
 
 from __future__ import annotations
 
+import signal
+
 import psutil
 import pytest
 from support import wait_gone
+
+# A session started in the background (`cmd &` in a script, CI runners) inherits SIGINT
+# ignored, and so would every `launch` it starts, which keeps an inherited SIG_IGN
+# (launcher/signals.py): the tests that press Ctrl-C need it answered.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)

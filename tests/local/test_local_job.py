@@ -108,6 +108,33 @@ def test_interrupting_launch_ends_every_task(tmp_path, sig):
     assert not wait_gone(timeout=5)
 
 
+def test_under_nohup_a_hangup_does_not_stop_the_run(tmp_path):
+    """`nohup launch spec.json &`, then the user logs out: the launcher was started with
+    SIGHUP ignored and keeps it so (launcher/signals.py); the run goes on, and SIGTERM
+    still stops it cleanly."""
+    plan = {"chief": "forever", "worker": "forever", "ps": "forever", "evaluator": "forever"}
+    spec = write_spec(tmp_path, env={"FAKE_PLAN": json.dumps(plan)})
+    proc = subprocess.Popen(["nohup", *launch_cmd(str(spec))], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 30
+        while len(tfcluster_tasks()) < 5 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(tfcluster_tasks()) == 5
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(2)
+        assert proc.poll() is None and len(tfcluster_tasks()) == 5, "the hangup stopped it"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "interrupted by SIGTERM" in err
+    assert not wait_gone(timeout=5)
+
+
 def test_launcher_killed_with_sigkill_takes_its_tasks_along(tmp_path):
     plan = {"chief": "forever", "worker": "forever", "ps": "forever", "evaluator": "forever"}
     spec = write_spec(tmp_path, env={"FAKE_PLAN": json.dumps(plan)})

@@ -1,0 +1,32 @@
+"""The signals that stop a run, and the one rule for catching them.
+
+SIGTERM always stops a run cleanly. SIGINT and SIGHUP do too, unless the launcher was
+started with them ignored: `nohup launch ...` ignores SIGHUP, so the run outlives the
+terminal and the logout; a background job of a script (`launch ... &`) ignores SIGINT,
+so a Ctrl-C meant for the foreground does not reach it. An inherited SIG_IGN is kept.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+from typing import Any
+
+STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def catch(handler: Callable[[int, Any], Any],
+          signals: tuple[int, ...] = STOPPING) -> dict[int, Any]:
+    """Install ``handler`` for each of ``signals`` not ignored (SIGTERM always); the
+    handlers it replaced, for ``restore``."""
+    previous = {}
+    for sig in signals:
+        if sig != signal.SIGTERM and signal.getsignal(sig) is signal.SIG_IGN:
+            continue
+        previous[sig] = signal.signal(sig, handler)
+    return previous
+
+
+def restore(previous: dict[int, Any]) -> None:
+    for sig, old in previous.items():
+        signal.signal(sig, old)
