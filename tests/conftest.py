@@ -9,11 +9,15 @@ import psutil
 import pytest
 from support import wait_gone
 
-# A session started in the background (`cmd &` in a script, CI runners) inherits SIGINT
-# ignored, and so would every `launch` it starts, which keeps an inherited SIG_IGN
-# (launcher/signals.py): the tests that press Ctrl-C need it answered.
+# A session started in the background (`cmd &` in a script, nohup, CI runners) inherits
+# SIGINT and SIGHUP ignored, and so would every `launch` and shell it starts (`launch` keeps
+# an inherited SIG_IGN: launcher/signals.py). The tests press Ctrl-C and close terminals as
+# a user does: the session answers Ctrl-C, still ignores a hangup itself, and its children
+# start with both at their defaults (a handler, unlike SIG_IGN, is not inherited).
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, lambda *_: None)
 
 
 @pytest.fixture(autouse=True)
