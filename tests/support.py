@@ -45,6 +45,18 @@ def marked_processes() -> list[psutil.Process]:
     return found
 
 
+def local_ssh_processes() -> list[psutil.Process]:
+    """ssh clients and masters started by this test session's launchers."""
+    found = []
+    for proc in marked_processes():
+        try:
+            if proc.name() == "ssh":
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
 def tfcluster_tasks() -> list[psutil.Process]:
     """Marked processes that are tasks of a tfcluster job (they carry TFCLUSTER_RUN_ID)."""
     out = []

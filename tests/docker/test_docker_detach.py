@@ -7,7 +7,6 @@ containers and the teardown."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import psutil
@@ -26,11 +25,11 @@ from support import (
     state_of,
     tfcluster_tasks,
 )
+from test_docker_jobs import RUN_LABEL, wait_for
 
 pytestmark = [pytest.mark.slow]
 TESTS = str(REPO / "tests")
 FAKE_TASK = str(REPO / "tests" / "local" / "fake_task.py")
-RUN_LABEL = "tfcluster.run"
 
 
 def fake_spec(tmp_path: Path, plan: dict) -> Path:
@@ -46,13 +45,6 @@ def fake_spec(tmp_path: Path, plan: dict) -> Path:
     path = tmp_path / "spec.json"
     path.write_text(json.dumps(spec))
     return path
-
-
-def wait_for(predicate, timeout: float):
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return value
 
 
 def reapers(run_id: str) -> list[psutil.Process]:

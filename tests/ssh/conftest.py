@@ -7,10 +7,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import psutil
 import pytest
 from infra.netns_hosts import NetnsHosts, missing_prerequisites, start_hosts
-from support import marked_processes, wait_gone
+from support import local_ssh_processes, wait_gone
 
 PRIVATE_HOST = 3     # h3's tasks see an empty tmpfs over the session's private_dir
 
@@ -31,18 +30,6 @@ def hosts(tmp_path_factory, private_dir) -> NetnsHosts:
                       private={PRIVATE_HOST: str(private_dir)})
     yield bed
     bed.stop()
-
-
-def local_ssh_processes() -> list[psutil.Process]:
-    """ssh clients and masters started by this test session's launchers."""
-    found = []
-    for proc in marked_processes():
-        try:
-            if proc.name() == "ssh":
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
 
 
 @pytest.fixture(autouse=True)

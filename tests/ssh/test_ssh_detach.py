@@ -10,7 +10,6 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 from ssh_specs import write_spec
 from support import (
     REPO,
@@ -20,7 +19,7 @@ from support import (
     check_succeeded,
     daemon_alive,
     detach,
-    marked_processes,
+    local_ssh_processes,
     run_launch,
     state_of,
     wait_state,
@@ -39,17 +38,6 @@ def fake_spec(tmp_path: Path, bed, cluster: dict, plan: dict) -> Path:
     del doc["run_dir"]
     spec.write_text(json.dumps(doc, indent=2))
     return spec
-
-
-def local_ssh() -> list[psutil.Process]:
-    out = []
-    for proc in marked_processes():
-        try:
-            if proc.name() == "ssh":
-                out.append(proc)
-        except psutil.Error:
-            continue
-    return out
 
 
 def wait_tasks(bed, expected: dict[str, set[str]], timeout: float = 15) -> dict:
@@ -87,7 +75,7 @@ def test_detached_ssh_run_reports_running_then_succeeds(hosts, tmp_path, runs):
         logs = run_launch("logs", run_id, "ps", env=runs)
         assert "hello from ps:0" in logs.stdout, logs.stdout
         assert hosts.leftovers(timeout=5) == {}
-        assert local_ssh() == []
+        assert local_ssh_processes() == []
 
 
 def test_cancel_of_a_detached_ssh_run_leaves_nothing_on_any_host(hosts, tmp_path, runs):
@@ -112,5 +100,5 @@ def test_cancel_of_a_detached_ssh_run_leaves_nothing_on_any_host(hosts, tmp_path
         # cancel returns once the run is over: nothing is left on any host, nor here
         assert hosts.leftovers(timeout=0) == {}, "cancel returned with tasks on the hosts"
         assert not daemon_alive(daemon)
-        assert local_ssh() == []
+        assert local_ssh_processes() == []
         check_cancelled(tmp_path, run_id, runs, ["chief:0", "worker:0", "worker:1"])
