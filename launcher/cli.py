@@ -12,6 +12,7 @@ import signal
 import sys
 
 from launcher.errors import Terminated, UsageError
+from launcher.output.pipes import discard, flush_stdout
 from launcher.signals import catch
 
 SUBCOMMANDS = {
@@ -109,7 +110,13 @@ def _guard(fn) -> int:
     # connections) run.
     catch(_terminate, (signal.SIGTERM, signal.SIGHUP))
     try:
-        return fn()
+        try:
+            return fn()
+        finally:            # --help's SystemExit too: a closed pipe is found here
+            flush_stdout()
+    except BrokenPipeError:     # `launch ... | head`: the reader had what it wanted
+        discard()
+        return 0
     except UsageError as e:
         from launcher.remote_bootstrap import shown
 

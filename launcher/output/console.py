@@ -13,6 +13,7 @@ import threading
 from typing import IO, Any
 
 from launcher.output.noise import NoiseFilter, latest_state
+from launcher.output.pipes import write
 
 
 class Console:
@@ -43,13 +44,11 @@ class Console:
         if shown is None:
             return
         with self.lock:
-            self.out.write(f"[{name}] {shown}\n")
-            self.out.flush()
+            write(self.out, f"[{name}] {shown}\n")
 
     def info(self, message: str) -> None:
         with self.lock:
-            self.err.write(f"tfcluster: {message}\n")
-            self.err.flush()
+            write(self.err, f"tfcluster: {message}\n")
 
     def progress_line(self, line: str) -> None:
         """The periodic progress line (the live view draws a bar instead)."""
