@@ -51,7 +51,7 @@ from launcher.output.noise import latest_state
 from launcher.plan import JobPlan, TaskPlan
 from launcher.restarts import RestartBook
 from launcher.signals import catch, restore
-from launcher.tracebacks import Excerpt, describe, last_exception
+from launcher.tracebacks import Excerpt, describe, last_exception, tail_box
 from orchestrator.decisions import CLUSTER, FAIL, FINISH, IGNORE, LOST, Decision, TaskState
 from orchestrator.roles import PRIMARY_ORDER, TRAINERS
 
@@ -514,7 +514,7 @@ class Job:
                 self.console.info(line)
         if run.tail:
             self.console.info(f"last lines of {run.name} ({run.log_path}):")
-            for line in run.tail:
+            for line in tail_box(run.tail):
                 self.console.info(f"  | {line}")
         return self._finish(1, reason)
 
@@ -552,8 +552,8 @@ def excerpt_lines(run: TaskRun, excerpt: Excerpt) -> list[str]:
     """The exception of a failed task, where its traceback starts, and a hint for the
     errors the launcher can explain."""
     where = f"traceback from line {excerpt.traceback_line} of {run.log_path}"
-    if excerpt.frame:
-        where += f", raised in {excerpt.frame}"
+    if excerpt.raised_in:
+        where += f", raised in {excerpt.raised_in}"
     lines = [f"{run.name}: {excerpt.exception}", f"  ({where})"]
     if any(m in excerpt.exception for m in MODEL_DIR_MISMATCH):
         lines.append("  the script gives TensorFlow a model_dir other than the spec's, which "

@@ -3,20 +3,29 @@
 A TensorFlow task that fails often ends with hundreds of lines after the line that matters
 (a tensor dump in the message, C++ log lines, a second traceback "during handling").
 ``last_exception`` finds, in the whole log, the last Python traceback and its exception
-line; the job loop shows that line and where the traceback starts before the log's tail.
+line; the job loop shows that line, where the traceback starts and the innermost frame of
+the user's own code (not TensorFlow's: a frame in site-packages, dist-packages or the Python
+standard library is a library's), then the log's last lines without TensorFlow's banners.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+from launcher.output.noise import is_banner
 
 TRACEBACK = "Traceback (most recent call last):"
 # "ValueError: ...", "tensorflow.python.framework.errors_impl.NotFoundError: ...", "KeyError"
 _EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|"
                         r"Warning|Failure)\b(?::.*)?$")
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
+# a library's file: installed packages, the standard library (lib/python3.11/...), frozen
+_LIBRARY = re.compile(r"[/\\](site|dist)-packages[/\\]|[/\\]lib(64)?[/\\]python\d+(\.\d+)?[/\\]|"
+                      r"^<frozen ")
 LOG_READ_BYTES = 4 << 20       # the end of a log that is searched
 
 
@@ -24,9 +33,17 @@ LOG_READ_BYTES = 4 << 20       # the end of a log that is searched
 class Excerpt:
     exception: str              # "ValueError: shapes (3,) and (4,) not aligned"
     traceback_line: int         # 1-based line of "Traceback (most recent call last):"
-    frame: str | None = None    # the innermost frame: 'train.py, line 42, in input_fn'
+    frame: str | None = None    # the user's innermost frame: 'train.py, line 42, in input_fn'
     first_line: int = 1         # line number of lines[0] in the log
     chain: tuple[str, ...] = ()  # the exception lines of the whole chain, causes first
+    library_frame: str | None = None    # the innermost frame, when a library's (TF's)
+
+    @property
+    def raised_in(self) -> str | None:
+        """Where it was raised, for a person: the user's frame, then TensorFlow's."""
+        if self.frame is None or self.library_frame is None:
+            return self.frame or self.library_frame
+        return f"{self.frame} (innermost: {self.library_frame})"
 
 
 CHAINED = ("During handling of the above exception", "The above exception was the direct "
@@ -52,30 +69,38 @@ def last_exception(lines: Sequence[str], first_line: int = 1) -> Excerpt | None:
         cause = _block(lines, previous, first_line)
         if cause is not None:
             chain.insert(0, cause.exception)
-    return Excerpt(found.exception, found.traceback_line, found.frame, first_line,
-                   tuple(chain))
+    return dataclasses.replace(found, chain=tuple(chain))
 
 
 def _block(lines: Sequence[str], start: int, first_line: int) -> Excerpt | None:
     """The exception of the traceback that starts at ``lines[start]``."""
-    frame = None
+    frame = library = None
     for i in range(start + 1, len(lines)):
         line = lines[i]
         m = _FRAME.match(line)
         if m:
-            frame = f"{m['file']}, line {m['line']}, in {m['func']}"
+            if _LIBRARY.search(m["file"]):
+                library = f"{os.path.basename(m['file'])}, line {m['line']}, in {m['func']}"
+            else:
+                frame, library = f"{m['file']}, line {m['line']}, in {m['func']}", None
             continue
         if line.startswith((" ", "\t")) or not line.strip():
             continue            # source lines, ^^^ markers, blank lines inside the traceback
         text = _strip_prefix(line)
         if _EXCEPTION.match(text):
-            return Excerpt(text, first_line + start, frame, first_line)
+            return Excerpt(text, first_line + start, frame, first_line, library_frame=library)
     return None
 
 
 def _strip_prefix(line: str) -> str:
     """A line as the task printed it (without a "[task] " prefix some backends add)."""
     return re.sub(r"^\[[\w:-]+\] ", "", line).rstrip()
+
+
+def tail_box(lines: Iterable[str]) -> list[str]:
+    """A failed task's last lines as the failure tail shows them: without TensorFlow's
+    start-up banners (oneDNN, CPU features, CUDA, absl's), which say nothing of the error."""
+    return [line for line in lines if not is_banner(line)]
 
 
 def read_log_end(path: str, max_bytes: int = LOG_READ_BYTES) -> tuple[list[str], int]:

@@ -12,11 +12,13 @@ from __future__ import annotations
 import re
 
 # The start of a log record, in each format TensorFlow writes: Python logging
-# ("WARNING:tensorflow:..."), absl ("W1201 07:12:01.000123 140 file.py:50] ..."), and the C++
-# runtime ("2026-12-01 07:12:01.000123: I tensorflow/core/...] ...").
+# ("WARNING:tensorflow:..."), absl ("W1201 07:12:01.000123 140 file.py:50] ..."; TF 2.16+'s C++
+# runtime writes absl's format before absl is set up: "I0000 00:00:1796195202.232355  16504
+# port.cc:153] ..."), and TF <= 2.15's C++ runtime ("2026-12-01 07:12:01.000123: I
+# tensorflow/core/...] ...").
 _PY_RECORD = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL|FATAL):(tensorflow|absl|root|"
                         r"keras|h5py\S*|py\.warnings):")
-_ABSL_RECORD = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [^\]]*:\d+\] ")
+_ABSL_RECORD = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ [^\]]*:\d+\] ")
 _CPP_RECORD = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: ([IWEF]) ")
 
 BANNERS = re.compile("|".join([
@@ -31,6 +33,7 @@ BANNERS = re.compile("|".join([
     r"Your kernel may have been built without NUMA support",
     r"successful NUMA node read from SysFS",
     r"failed call to cuInit",
+    r"All log messages before absl::InitializeLog\(\) is called are written to STDERR",
 ]))
 DEPRECATION = re.compile(r"is deprecated and will be removed|is deprecated\. Please use|"
                          r"\bdeprecation\.py:\d+\]|Instructions for updating:|"
@@ -56,6 +59,19 @@ def latest_state(line: str) -> str:
             else:
                 out.append(c)
         line = "".join(out)
+    return line
+
+
+def is_banner(line: str) -> bool:
+    """A line of TensorFlow's start-up banners (oneDNN, CPU features, CUDA, absl's)."""
+    return BANNERS.search(line) is not None
+
+
+def message(line: str) -> str:
+    """A log record's text without its header: an absl or C++ header ends in ``file:N] ``,
+    whose ``]`` belongs to no bracket of the message."""
+    if _ABSL_RECORD.match(line) or _CPP_RECORD.match(line):
+        return line.split("] ", 1)[-1]
     return line
 
 
@@ -99,12 +115,12 @@ class NoiseFilter:
         if line.strip() == INSTRUCTIONS or line.endswith(INSTRUCTIONS):
             self._instructions_left = MAX_INSTRUCTION_LINES
             return False
-        if BANNERS.search(line):
+        if is_banner(line):
             return False
         if level is not None and DEPRECATION.search(line):
             return False
         if level in ("I", "D") and not KEEP_INFO.search(line):
-            self._open = min(max(0, _balance(line)), MAX_OPEN)
+            self._open = min(max(0, _balance(message(line))), MAX_OPEN)
             return False
         return True
 

@@ -4,6 +4,7 @@ else in full, progress bars as their latest state."""
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import pytest
 
@@ -34,6 +35,11 @@ USING_CONFIG = [
     "  }",
     "}",
     ", '_keep_checkpoint_max': 100, '_train_distribute': None}",
+]
+TF221_BANNERS = [
+    "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+    "I0000 00:00:1796195202.232355   16504 port.cc:153] oneDNN custom operations are on. You "
+    "may see slightly different numerical results due to floating-point round-off errors.",
 ]
 BANNERS = [
     "2026-12-01 07:12:00.123456: I tensorflow/core/util/port.cc:113] oneDNN custom operations "
@@ -74,9 +80,10 @@ def shown(lines: list[str]) -> list[str]:
     return [line for line in lines if f.show(line)]
 
 
-@pytest.mark.parametrize("noise", [DEPRECATION, ABSL_DEPRECATION, USING_CONFIG, BANNERS, INFO],
+@pytest.mark.parametrize("noise", [DEPRECATION, ABSL_DEPRECATION, USING_CONFIG,
+                                   BANNERS, TF221_BANNERS, INFO],
                          ids=["deprecation", "absl-deprecation", "multi-line-info", "banners",
-                              "info"])
+                              "tf221-banners", "info"])
 def test_routine_noise_is_hidden_and_what_follows_is_not(noise):
     f = NoiseFilter()
     assert [line for line in noise + KEPT if f.show(line)] == KEPT
@@ -124,3 +131,15 @@ def test_an_unclosed_bracket_in_a_hidden_line_hides_a_bounded_number_of_lines():
     lines = ["INFO:tensorflow:Using config: {'a': 1,"] + [f"user line {i}" for i in range(60)]
     assert shown(lines) == lines[41:]
     assert shown(["INFO:tensorflow:step (3 of 4", "my print"]) == ["my print"]
+
+
+def test_a_recorded_estimator_log_with_absl_info_records_shows_only_what_matters():
+    # TensorFlow 2.15's Estimator under absl.app.run, absl verbosity INFO (every record
+    # twice: Python's and absl's format); absl's header "estimator.py:200]" ends in a "]"
+    # that closes no bracket of its "Using config: {...}" record, which goes on for 6 lines.
+    log = (Path(__file__).parent / "logs" / "estimator_absl_info.log").read_text()
+    lines = log.splitlines()
+    assert sum("estimator.py:200] Using config: {" in line for line in lines) == 1
+    assert shown(lines) == ["INFO:tensorflow:Loss for final step: 0.6531401.",
+                            lines[-2], "my own print after training"]
+    assert lines[-2].endswith("estimator.py:361] Loss for final step: 0.6531401.")
