@@ -5,12 +5,18 @@ signals the whole process group, and the parent-death signal.
 If the launcher dies, even by SIGKILL, its tasks end within seconds: each gets SIGTERM
 through PR_SET_PDEATHSIG, and a watchdog process (launcher/watchdog.py) ends the task's
 whole process group, children included.
+
+PR_SET_PDEATHSIG is set by util-linux's ``setpriv`` in front of the task's program
+(``dies_with_parent``), not by a ``preexec_fn``: a ``preexec_fn`` runs Python in the child,
+so ``subprocess`` must fork the whole launcher (hundreds of pump threads, tens of MB) rather
+than vfork; that cost ~30 ms a start against ~2 ms (docs/benchmarks.md, "Scale").
 """
 
 from __future__ import annotations
 
-import ctypes
+import functools
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -20,16 +26,38 @@ from launcher.backends.base import TaskHandle
 from launcher.plan import TaskPlan
 from launcher.watchdog import Watchdog
 
-_PR_SET_PDEATHSIG = 1
+
+@functools.lru_cache(maxsize=1)
+def _setpriv() -> str | None:
+    """util-linux's setpriv, when it can set the parent-death signal."""
+    if not sys.platform.startswith("linux"):
+        return None
+    path = shutil.which("setpriv")
+    if path is None:
+        return None
+    try:
+        done = subprocess.run([path, "--pdeathsig", "TERM", "--", "true"],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return path if done.returncode == 0 else None
 
 
-def die_with_parent() -> None:
-    """In the child, before exec: get SIGTERM when the launcher dies, even by SIGKILL."""
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-        except OSError:
-            pass
+def dies_with_parent(argv: list[str], env: dict[str, str] | None = None) -> list[str]:
+    """``argv`` as a command that gets SIGTERM when the launcher's thread that starts it
+    ends, even by SIGKILL (``setpriv --pdeathsig TERM -- argv``, one exec). Start tasks from
+    threads that live as long as the run. Without setpriv, ``argv`` as is: the watchdog
+    alone covers the tasks. FileNotFoundError, as Popen raises it, when ``argv[0]`` is not
+    found on ``env``'s PATH."""
+    setpriv = _setpriv()
+    if setpriv is None:
+        return list(argv)
+    program = argv[0]
+    path = (env if env is not None else os.environ).get("PATH", os.defpath)
+    if os.sep not in program and shutil.which(program, path=path) is None:
+        raise FileNotFoundError(2, "No such file or directory", program)
+    return [setpriv, "--pdeathsig", "TERM", "--", *argv]
 
 
 def free_port(taken: set[int] | None = None, attempts: int = 50) -> int:

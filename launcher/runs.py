@@ -29,6 +29,10 @@ CANCEL_FILE = "cancel.json"
 DEFAULT_ROOT = os.path.join(".tfcluster", "runs")
 ROOT_ENV = "TFCLUSTER_RUNS"
 LIVE = ("starting", "queued", "running")
+# While tasks start and end, their rows in state.json are rewritten at most this often (s):
+# one write holds every row, so a write per event would cost O(N) per task, O(N²) a run.
+ROWS_EVERY = 0.5
+TASK_EVENTS = ("task_started", "task_exited", "restart_scheduled", "stopping", "job_started")
 TERMINAL = ("succeeded", "failed", "cancelled")
 
 
@@ -161,7 +165,9 @@ class RunState:
                  state: str = "starting", attempt: int = 0, handle: dict | None = None):
         self.run_dir = run_dir
         self.path = os.path.join(run_dir, STATE_FILE)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._rows_written = 0.0            # monotonic time of the last rows write
+        self._rows_timer: threading.Timer | None = None
         self.job: Any = None
         self.on_running: Callable[[dict], None] | None = None
         now = time.time()
@@ -222,22 +228,54 @@ class RunState:
 
     def on_event(self, event: str, fields: dict[str, Any]) -> None:
         """Called for every event the run's EventLog writes."""
-        change: dict[str, Any] = {}
         if event == "checkpoint":
-            change.update(step=fields.get("step"), checkpoint=fields.get("name"))
-        elif event in ("task_started", "task_exited", "restart_scheduled", "stopping",
-                       "job_started"):
-            change["tasks"] = self._rows()
-            if self.job is not None:
-                change["restarts"] = self.job.restart_count
-            if (event == "task_started" and self.doc["state"] != "running" and self.job
-                    and all(r.handle is not None for r in self.job.runs)):
-                change["state"] = "running"
+            self.update(step=fields.get("step"), checkpoint=fields.get("name"))
+        elif event in TASK_EVENTS:
+            self._rows_changed()
         elif event == "job_ended":
-            change.update(tasks=self._rows(), reason=fields.get("reason"),
-                          status=fields.get("status"))
-        else:
-            return
+            self._cancel_rows_timer()
+            self.update(tasks=self._rows(), reason=fields.get("reason"),
+                        status=fields.get("status"))
+
+    def _rows_changed(self) -> None:
+        """Write the task rows now, or once ``ROWS_EVERY`` has passed since the last write
+        (a timer; the events in between are in that one write)."""
+        with self._lock:
+            if self._rows_timer is not None:
+                return
+            delay = self._rows_written + ROWS_EVERY - time.monotonic()
+            if delay <= 0:
+                self._write_rows()
+                return
+            self._rows_timer = threading.Timer(delay, self._write_rows_later)
+            self._rows_timer.daemon = True
+            self._rows_timer.start()
+
+    def _write_rows_later(self) -> None:
+        try:
+            with self._lock:
+                if self._rows_timer is None:
+                    return          # cancelled: the end wrote them
+                self._rows_timer = None
+                self._write_rows()
+        except OSError:
+            pass        # a full disk must not end the job; the event log has it all
+
+    def _cancel_rows_timer(self) -> None:
+        with self._lock:
+            if self._rows_timer is not None:
+                self._rows_timer.cancel()
+                self._rows_timer = None
+
+    def _write_rows(self) -> None:
+        """Every task's row and the restarts; ``running`` once every task started."""
+        self._rows_written = time.monotonic()
+        change: dict[str, Any] = {"tasks": self._rows()}
+        if self.job is not None:
+            change["restarts"] = self.job.restart_count
+            if self.doc["state"] not in ("running", *TERMINAL) and all(
+                    r.handle is not None for r in self.job.runs):
+                change["state"] = "running"
         self.update(**change)
         if change.get("state") == "running" and self.on_running is not None:
             self.on_running(self.doc)
@@ -249,6 +287,7 @@ class RunState:
         requeued the job (``requeued``), a run queued to resume. ``step``: where training
         ended, from the last read of model_dir (the coordinator's last poll may be older)."""
         ended = {"step": step} if step is not None else {}
+        self._cancel_rows_timer()
         if requeued:
             self.update(state="queued", status=status, summary=summary, **ended,
                         reason=f"requeued by Slurm ({reason}): the next attempt resumes "

@@ -43,7 +43,7 @@ from launcher.backends.options import option
 from launcher.errors import PreflightError, SpecError
 from launcher.model_dir import ModelDir
 from launcher.plan import JobPlan, TaskPlan
-from launcher.processes import die_with_parent, free_port, port_taken, task_environ
+from launcher.processes import dies_with_parent, free_port, port_taken, task_environ
 from launcher.spec import Address
 
 DEFAULT_IMAGE = "tfcluster:tf2.15"
@@ -311,10 +311,11 @@ class DockerBackend(Backend):
         name = self.container_name(task, "probe-")
         command = self.run_argv(task, argv, kind="probe-")
         try:
-            done = subprocess.run(command, env=task_environ(task), stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  timeout=timeout, start_new_session=True,
-                                  preexec_fn=die_with_parent)
+            env = task_environ(task)
+            done = subprocess.run(dies_with_parent(command, env), env=env,
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, timeout=timeout,
+                                  start_new_session=True)
         except subprocess.TimeoutExpired:
             self.call("rm", "-f", name)
             return ProbeResult(124, f"timed out after {timeout:.0f}s")
@@ -330,10 +331,10 @@ class DockerBackend(Backend):
             self._started.add(name)
         if again:       # a restart: the old container may still be being removed
             self.call("rm", "-f", name)
+        env = task_environ(task)
         proc = subprocess.Popen(
-            self.run_argv(task), env=task_environ(task), stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-            preexec_fn=die_with_parent)
+            dies_with_parent(self.run_argv(task), env), env=env, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         return DockerHandle(task, proc, name, self)
 
     def describe(self, plan: JobPlan) -> str | None:

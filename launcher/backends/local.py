@@ -16,7 +16,7 @@ from launcher.backends.base import Backend, ProbeResult, TaskHandle
 from launcher.environment import check_local_programs
 from launcher.errors import PreflightError
 from launcher.plan import JobPlan, Reservation, TaskPlan
-from launcher.processes import ProcessHandle, die_with_parent, free_port, port_taken, task_environ
+from launcher.processes import ProcessHandle, dies_with_parent, free_port, port_taken, task_environ
 from launcher.spec import Address
 from launcher.watchdog import Watchdog
 
@@ -103,10 +103,11 @@ class LocalBackend(Backend):
     def start(self, task: TaskPlan) -> TaskHandle:
         if self._watchdog is None:
             self._watchdog = Watchdog()
+        env = task_environ(task)
         proc = subprocess.Popen(
-            task.command, env=task_environ(task), cwd=task.cwd, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-            preexec_fn=die_with_parent,
+            dies_with_parent(task.command, env), env=env, cwd=task.cwd,
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         return ProcessHandle(task, proc, self._watchdog)
 

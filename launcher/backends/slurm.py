@@ -37,7 +37,7 @@ from launcher.backends.base import Backend, ProbeResult, TaskHandle
 from launcher.backends.options import option
 from launcher.errors import PreflightError, SpecError
 from launcher.plan import JobPlan, Reservation, TaskPlan
-from launcher.processes import ProcessHandle, die_with_parent, free_port, task_environ
+from launcher.processes import ProcessHandle, dies_with_parent, free_port, task_environ
 from launcher.spec import (
     ROLES,
     Address,
@@ -457,9 +457,10 @@ class SlurmBackend(Backend):
 
     def start(self, task: TaskPlan) -> TaskHandle:
         argv = self.srun_argv(task, self.job_id or "", self._node_for(task))
-        proc = subprocess.Popen(argv, env=_step_env(task), stdin=subprocess.DEVNULL,
+        env = _step_env(task)
+        proc = subprocess.Popen(dies_with_parent(argv, env), env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=True, preexec_fn=die_with_parent)
+                                start_new_session=True)
         handle = SlurmHandle(task, proc, self.job_id or "", f"{task.type}-{task.index}")
         self.handles.append(handle)
         return handle

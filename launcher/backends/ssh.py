@@ -37,7 +37,7 @@ from launcher.backends.options import option
 from launcher.backends.options import parse as parse_section
 from launcher.errors import PreflightError, SpecError
 from launcher.plan import JobPlan, TaskPlan
-from launcher.processes import die_with_parent
+from launcher.processes import dies_with_parent
 from launcher.spec import (
     expect_str,
 )
@@ -185,8 +185,8 @@ class SSHHandle(TaskHandle):
         read_end, self._write_end = os.pipe()
         try:
             self.proc = subprocess.Popen(
-                argv, stdin=subprocess.PIPE, stdout=self._write_end, stderr=subprocess.PIPE,
-                start_new_session=True, preexec_fn=die_with_parent)
+                dies_with_parent(argv), stdin=subprocess.PIPE, stdout=self._write_end,
+                stderr=subprocess.PIPE, start_new_session=True)
         except BaseException:
             os.close(read_end)
             os.close(self._write_end)
@@ -448,10 +448,9 @@ class SSHBackend(Backend):
         for host in hosts:
             path = self._new_control_path()
             log = tempfile.TemporaryFile()  # noqa: SIM115 - closed with the master
-            proc = subprocess.Popen(self.ssh_argv(host, master_path=path),
+            proc = subprocess.Popen(dies_with_parent(self.ssh_argv(host, master_path=path)),
                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=log, start_new_session=True,
-                                    preexec_fn=die_with_parent)
+                                    stderr=log, start_new_session=True)
             self._masters[host] = _Master(proc, path, log)
 
     def _wait_masters(self, hosts: list[str], deadline: float) -> dict[str, str]:

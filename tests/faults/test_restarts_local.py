@@ -270,3 +270,21 @@ def test_watchdog_ends_registered_groups_when_its_pipe_closes():
         for proc in (ignores_term, forgotten):
             proc.kill()
             proc.wait()
+
+
+def test_a_task_gets_sigterm_when_the_thread_that_started_it_is_killed():
+    """The parent-death signal alone (no watchdog): a process started through
+    dies_with_parent ends when its parent is killed with SIGKILL."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess; from launcher.processes import "
+         "dies_with_parent; p = subprocess.Popen(dies_with_parent(['sleep', '600'])); "
+         "print(p.pid, flush=True); p.wait()"], stdout=subprocess.PIPE, text=True)
+    child = psutil.Process(int(parent.stdout.readline()))
+    try:
+        parent.kill()
+        parent.wait()
+        child.wait(timeout=5)       # psutil.TimeoutExpired if it outlived its parent
+    finally:
+        if child.is_running():
+            child.kill()
+        parent.stdout.close()
