@@ -38,6 +38,7 @@ class RunOptions:
     retrain: bool = False
     run_id: str | None = None
     detach: bool = False
+    force: bool = False             # take model_dir's lease even from a run that may live
 
 
 @dataclass
@@ -127,12 +128,12 @@ def dry_run(spec, command: list[str] | None = None, *, local: bool = False,
 
 def run(spec, command: list[str] | None = None, *, local: bool = False, quiet: bool = False,
         run_dir: str | None = None, verbose: bool = False, retrain: bool = False,
-        console=None, **overrides) -> RunResult:
+        force: bool = False, console=None, **overrides) -> RunResult:
     """Run the job in this process until it ends; see the module docstring."""
     prepared, backend = prepare(spec, command, local=local, overrides=overrides)
     path = os.fspath(spec) if isinstance(spec, (str, os.PathLike)) else None
     options = RunOptions(spec=path, local=local, quiet=quiet, verbose=verbose,
-                         run_dir=run_dir, retrain=retrain)
+                         run_dir=run_dir, retrain=retrain, force=force)
     return start(prepared, backend, command, options, console)
 
 
@@ -144,6 +145,7 @@ def start(spec, backend, command: list[str] | None, options, console=None) -> Ru
     command = list(command) if command is not None else None
     check_fsspec_driver(spec.model_dir)
     check_run_dir(options.run_dir or spec.run_dir or runs_root())
+    check_lease(spec, options)
     backend.prepare()
     try:
         plan = make_plan(spec, backend, command, run_id=options.run_id)
@@ -151,6 +153,16 @@ def start(spec, backend, command: list[str] | None, options, console=None) -> Ru
         backend.close()
         raise
     return execute(spec, backend, plan, command, options, console=console)
+
+
+def check_lease(spec, options) -> None:
+    """Refuse at once (exit 2) when a live run holds model_dir's lease: before an
+    allocation is asked for or a daemon started (launcher/lease.py)."""
+    from launcher.lease import check
+    from launcher.model_dir import resolve
+
+    check(resolve(spec.model_dir, spec.workdir, spec.env), getattr(options, "run_id", None),
+          getattr(options, "force", False))
 
 
 def make_plan(spec, backend, command, run_id: str | None = None):
@@ -173,17 +185,21 @@ def public_plan(plan) -> dict[str, Any]:
 
 
 def render_dry_run(plan, backend, as_json: bool = False, extra: str | None = None) -> str:
+    from launcher.lease import dry_run_line
+
     doc = public_plan(plan)
     tasks = doc["tasks"]
     extra = backend.describe(plan) if extra is None else extra
+    lease_line = dry_run_line(plan.storage, plan.run_id)
     if as_json:
         doc["backend"] = backend.name
+        doc["lease"] = lease_line
         if extra is not None:
             doc["rendered"] = extra
         return json.dumps(doc, indent=2)
     lines = [f"# job {plan.name}  run {plan.run_id}  backend {backend.name}  "
              f"max_steps {plan.max_steps if plan.max_steps is not None else '(not set)'}",
-             f"# model_dir {plan.model_dir}"]
+             f"# model_dir {plan.model_dir}", f"# {lease_line}"]
     marked = backend.ports_picked_at_start and any(t["auto_port"] for t in tasks)
     if marked:
         lines.append("# ports marked 'auto' were picked now and are picked again at start: "
@@ -226,18 +242,52 @@ def execute(spec, backend, plan, command, args, on_running=None, console=None) -
     state = open_state(run_dir, plan, backend, args)
     state.on_running = on_running
     console = console or make_console(quiet=args.quiet, verbose=getattr(args, "verbose", False))
+    leases: list = []        # model_dir's lease, once _execute took it
     try:
         result = _execute(spec, backend, plan, command, args, run_dir,
-                          RunLog(os.path.join(run_dir, "events.jsonl"), state), state, console)
+                          RunLog(os.path.join(run_dir, "events.jsonl"), state), state, console,
+                          leases)
     except BaseException as e:
         status, reason = exit_of(e)
-        state.finish(status, reason, None, requeued=status > 128 and backend.requeued())
+        requeued = status > 128 and backend.requeued()
+        _release(leases, state, requeued)
+        state.finish(status, reason, None, requeued=requeued)
         raise
     summary = {"status": result.status, "reason": result.reason, "duration": result.duration,
                "tasks": [{k: v for k, v in r.items() if k != "status"} for r in result.tasks]}
+    requeued = result.status > 128 and backend.requeued()
+    _release(leases, state, requeued)
     state.finish(result.status, result.reason, summary if result.tasks else None,
-                 requeued=result.status > 128 and backend.requeued(), step=result.final_step)
+                 requeued=requeued, step=result.final_step)
     return result
+
+
+def _take_lease(plan, args, run_dir: str, console, events, state):
+    """model_dir's lease for this run, heartbeat running (launcher/lease.py); a run that
+    loses it to a --force says so."""
+    from launcher.lease import acquire
+
+    def lost(holder) -> None:
+        console.info(f"the model_dir lease was taken by run {holder.run_id} on {holder.host} "
+                     "(--force): two runs now write model_dir")
+        events.write("lease_lost", run_id=holder.run_id, host=holder.host)
+
+    lease = acquire(plan.storage, plan.run_id, run_dir, getattr(args, "force", False),
+                    warn=console.info)
+    lease.start_heartbeat(on_lost=lost)
+    events.write("lease_taken", file=lease.describe()["file"])
+    state.update(lease=lease.describe())
+    return lease
+
+
+def _release(leases: list, state, requeued: bool) -> None:
+    """Release the lease (a requeued run keeps it: it comes back under the same run id)."""
+    for lease in leases:
+        lease.release(keep=requeued)
+        try:
+            state.update(lease={**lease.describe(), "held": requeued})
+        except OSError:
+            pass
 
 
 def exit_of(e: BaseException) -> tuple[int, str]:
@@ -254,7 +304,7 @@ def exit_of(e: BaseException) -> tuple[int, str]:
 
 
 def _execute(spec, backend, plan, command, args, run_dir, events, state,
-             console) -> RunResult:
+             console, leases: list) -> RunResult:
     """Preflight, run (new ports and again when a task lost its port to a race), then the
     closing summary; the backend is closed whatever happens."""
     from launcher.job import Job, PortConflict
@@ -267,6 +317,7 @@ def _execute(spec, backend, plan, command, args, run_dir, events, state,
         if preflight_model_dir(plan, backend, args.retrain, console, events):
             return RunResult(0, "model_dir already holds a checkpoint at max_steps", run_dir,
                              run_id=plan.run_id)
+        leases.append(_take_lease(plan, args, run_dir, console, events, state))
         write_plan(run_dir, plan)
         for attempt in range(MAX_PORT_RETRIES + 1):
             job = Job(plan, backend, run_dir, console, events=events)

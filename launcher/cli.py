@@ -63,6 +63,9 @@ def _parser() -> argparse.ArgumentParser:
                         "banners, INFO lines), which is otherwise only in the task logs")
     p.add_argument("--retrain", action="store_true",
                    help="train even when model_dir already holds a checkpoint at max_steps")
+    p.add_argument("--force", action="store_true",
+                   help="take model_dir's lease even from a run that cannot be proven gone "
+                        "(two live runs on one model_dir lose or mix checkpoints)")
     p.add_argument("--detach", action="store_true",
                    help="start or submit the job and return once it runs or is queued; "
                         "follow it with launch status/logs/cancel RUN")

@@ -29,6 +29,8 @@ def relaunch_argv(args, command: list[str] | None, run_dir: str, run_id: str) ->
             "--run-id", run_id, "--run-dir", run_dir, "--quiet"]
     if args.retrain:
         argv.append("--retrain")
+    if getattr(args, "force", False):
+        argv.append("--force")
     if command:
         argv += ["--", *command]
     return argv
@@ -45,8 +47,10 @@ def follow_commands(run_id: str, run_dir: str) -> list[str]:
 
 
 def detach(spec, backend, command: list[str] | None, args) -> int:
-    from launcher.api import default_run_dir, make_plan, render_dry_run
+    from launcher.api import check_lease, default_run_dir, make_plan, render_dry_run
 
+    if not args.dry_run:
+        check_lease(spec, args)
     if backend.detached_by_engine:
         plan = make_plan(spec, backend, command, run_id=args.run_id)
         run_dir = os.path.abspath(args.run_dir or default_run_dir(spec, plan.run_id))

@@ -153,6 +153,11 @@ def status_main(argv: list[str]) -> int:
         print(note)
     if state.get("reason"):
         print(f"reason: {state['reason']}")
+    from launcher.lease import status_line
+
+    lease = status_line(state, lost=now == "lost")
+    if lease:
+        print(lease)
     k8s = (state.get("handle") or {}).get("kubernetes")
     if k8s and not state.get("tasks"):       # no launcher follows it: ask for the pods
         from launcher.backends.kubernetes import engine_tasks
