@@ -90,12 +90,12 @@ def task_table(state: dict, run_dir: str, now: str | None = None) -> str:
     rows = []
     live = state.get("state") in LIVE
     for t in state.get("tasks", []):
-        secs = time.time() - t["since"] if live and t.get("since") else t["duration"]
+        secs = time.time() - t["since"] if live and t.get("since") else t.get("duration") or 0
         shown = t["state"]
         if now == "lost" and shown == "running":
             alive = t.get("pid") and process_started(t["pid"]) is not None
             shown = "still running (orphan)" if alive else "gone"
-        rows.append((t["task"], t["address"], shown, f"{secs:.1f}s", str(t["restarts"]),
+        rows.append((t["task"], t["address"], shown, f"{secs:.1f}s", str(t.get("restarts") or 0),
                      os.path.join(run_dir, t["log"]) if t["log"] != "-" else "-"))
     return rows_table(rows) if rows else "(no task started yet)"
 
@@ -123,15 +123,19 @@ def _open_run(args: argparse.Namespace) -> tuple[str, dict]:
 def list_main(argv: list[str]) -> int:
     p = _root_parser("list", "The runs under the run root, newest first.")
     args = p.parse_args(argv)
-    rows = []
+    rows, unreadable = [], []
     for run_dir, state in list_runs(args.root):
-        if state is None:
-            rows.append((os.path.basename(run_dir), "?", "?", "other version", "-", "-", "-"))
+        if isinstance(state, RunError):
+            kind = "other version" if "another version" in str(state) else "damaged"
+            rows.append((os.path.basename(run_dir), "?", "?", kind, "-", "-", "-"))
+            unreadable.append(str(state))
             continue
         now, _ = current_state(state)
         rows.append((state["run_id"], state["name"], state["backend"], now,
                      _clock(state.get("started")), _duration(state), _progress(state)))
     print(rows_table(rows, LIST_HEADER) if rows else "no runs")
+    for problem in unreadable:        # one line per run that cannot be listed
+        print(f"launch list: {problem}", file=sys.stderr)
     return 0
 
 

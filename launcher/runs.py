@@ -79,20 +79,86 @@ def launcher_alive(state: dict) -> bool | None:
     return started is not None and abs(started - launcher.get("create_time", started)) < 1.0
 
 
+_NUMBER = (int, float)
+# What the readers of state.json rely on: (field, types, required). An optional field may
+# be absent or null.
+STATE_FIELDS: tuple[tuple[str, Any, bool], ...] = (
+    ("run_id", str, True), ("name", str, True), ("backend", str, True), ("state", str, True),
+    ("started", _NUMBER, False), ("ended", _NUMBER, False), ("step", int, False),
+    ("max_steps", int, False), ("restarts", int, False), ("attempt", int, False),
+    ("reason", str, False), ("launcher", dict, False), ("handle", dict, False),
+    ("tasks", list, False), ("lease", dict, False))
+TASK_FIELDS: tuple[tuple[str, Any, bool], ...] = (
+    ("task", str, True), ("address", str, True), ("state", str, True), ("log", str, True),
+    ("duration", _NUMBER, False), ("since", _NUMBER, False), ("restarts", int, False),
+    ("pid", int, False))
+
+
+NESTED_FIELDS: dict[str, tuple[tuple[str, Any, bool], ...]] = {
+    "launcher": (("pid", int, False), ("host", str, False), ("create_time", _NUMBER, False)),
+    "handle": (("slurm_job", str, False), ("kubernetes", dict, False)),
+}
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+            type(None): "null"}.get(type(value), "a number")
+
+
+def _problem(doc: Any, fields: tuple[tuple[str, Any, bool], ...], where: str = ""
+             ) -> str | None:
+    if not isinstance(doc, dict):
+        return f"{where or 'the state'} is {_kind(doc)}, not an object"
+    for key, types, required in fields:
+        value = doc.get(key)
+        if value is None and not required:
+            continue
+        if value is None or not isinstance(value, types) or isinstance(value, bool):
+            return f"{where}{key} is {'missing' if value is None else _kind(value)}"
+    return None
+
+
+def state_problem(state: Any) -> str | None:
+    """What makes a state.json of this version unusable (a foreign or hand-edited file),
+    or None."""
+    problem = _problem(state, STATE_FIELDS)
+    if problem:
+        return problem
+    for key, fields in NESTED_FIELDS.items():
+        problem = _problem(state.get(key) or {}, fields, f"{key}.")
+        if problem:
+            return problem
+    for i, row in enumerate(state.get("tasks") or []):
+        problem = _problem(row, TASK_FIELDS, f"tasks[{i}].")
+        if problem:
+            return problem
+    return None
+
+
 def read_state(run_dir: str) -> dict:
-    """The state of one run directory; RunError when it is missing or of another version."""
+    """The state of one run directory; RunError (one line) when it is missing, of another
+    version, truncated or damaged."""
     path = os.path.join(run_dir, STATE_FILE)
     try:
         with open(path, encoding="utf-8") as f:
             state = json.load(f)
     except FileNotFoundError:
         raise RunError(f"{run_dir} is not a run directory (no {STATE_FILE})") from None
-    except (OSError, ValueError) as e:
-        raise RunError(f"{path} cannot be read: {e}") from None
-    version = state.get("version") if isinstance(state, dict) else None
+    except ValueError as e:
+        raise RunError(f"{path} is damaged: not JSON, or cut short ({e})") from None
+    except OSError as e:
+        raise RunError(f"{path} cannot be read: {e.strerror or e}") from None
+    if not isinstance(state, dict) or "version" not in state:
+        raise RunError(f"{path} is damaged: " + ("no version: not a state file of tfcluster"
+                                                 if isinstance(state, dict)
+                                                 else state_problem(state)))
+    version = state["version"]
     if version != VERSION:
         raise RunError(f"{run_dir} was written by another version of tfcluster (state version "
                        f"{version!r}, this launch reads version {VERSION})")
+    problem = state_problem(state)
+    if problem:
+        raise RunError(f"{path} is damaged: {problem}")
     return state
 
 
@@ -127,16 +193,17 @@ def _run_dirs(base: str) -> list[str]:
             if os.path.isfile(os.path.join(base, e, STATE_FILE))]
 
 
-def list_runs(root: str | None = None) -> list[tuple[str, dict | None]]:
-    """(run_dir, state) of every run under the root, newest first; state None when the
-    directory is of another version or unreadable."""
-    out = []
+def list_runs(root: str | None = None) -> list[tuple[str, dict | RunError]]:
+    """(run_dir, state) of every run under the root, newest first; in place of the state,
+    the RunError that says why it cannot be read (another version, damaged)."""
+    out: list[tuple[str, dict | RunError]] = []
     for d in _run_dirs(runs_root(root)):
         try:
             out.append((d, read_state(d)))
-        except RunError:
-            out.append((d, None))
-    return sorted(out, key=lambda x: -(x[1] or {}).get("started", 0))
+        except RunError as e:
+            out.append((d, e))
+    return sorted(out, key=lambda x: -((x[1].get("started") or 0) if isinstance(x[1], dict)
+                                       else 0))
 
 
 def describe_handle(handle: dict) -> str:

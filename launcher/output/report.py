@@ -18,6 +18,7 @@ import html
 import io
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 
 from launcher.errors import UsageError
@@ -130,6 +131,35 @@ def resolve_model_dir(model_dir: str, run_dir: str, plan: dict) -> str:
     return model_dir
 
 
+def read_summary(run_dir: str) -> dict:
+    """summary.json, {} when there is none (a run still going, or killed); a damaged one is
+    named in one line on stderr and left out of the report."""
+    path = os.path.join(run_dir, "summary.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            summary = json.load(f)
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as e:
+        summary, problem = None, f"not JSON, or cut short ({e})"
+    else:
+        problem = None if isinstance(summary, dict) else f"{type(summary).__name__}, " \
+                                                         "not an object"
+    if problem is None:
+        tasks = summary.get("tasks", [])
+        numbers = [summary.get("duration", 0)] + [t.get("duration", 0) for t in tasks
+                                                  if isinstance(t, dict)] \
+            if isinstance(tasks, list) else []
+        if not isinstance(tasks, list) or not all(isinstance(t, dict) for t in tasks) or \
+                not all(isinstance(n, (int, float)) for n in numbers):
+            problem = "not a summary of tfcluster"
+    if problem:
+        print(f"launch report: {path} is damaged ({problem}); the report has no task table",
+              file=sys.stderr)
+        return {}
+    return summary
+
+
 def load_run(run_dir: str, model_dir: str | None = None) -> RunData:
     plan_path = os.path.join(run_dir, "plan.json")
     if not os.path.isdir(run_dir):
@@ -139,14 +169,12 @@ def load_run(run_dir: str, model_dir: str | None = None) -> RunData:
             plan = json.load(f)
     except FileNotFoundError:
         raise UsageError(f"{run_dir} is not a run directory: it has no plan.json") from None
-    except json.JSONDecodeError as e:
-        raise UsageError(f"{plan_path}: invalid JSON ({e.msg})") from None
-    summary = {}
-    try:
-        with open(os.path.join(run_dir, "summary.json"), encoding="utf-8") as f:
-            summary = json.load(f)
-    except (FileNotFoundError, json.JSONDecodeError):
-        pass          # a run still going (or killed) has no summary yet
+    except ValueError as e:
+        raise UsageError(f"{plan_path} is damaged: not JSON, or cut short ({e})") from None
+    if not isinstance(plan, dict) or not isinstance(plan.get("model_dir", ""), str):
+        raise UsageError(f"{plan_path} is damaged: not a plan of tfcluster; give --model-dir "
+                         "and a run directory of tfcluster")
+    summary = read_summary(run_dir)
     model_dir = model_dir or resolve_model_dir(str(plan.get("model_dir", "")), run_dir, plan)
     if not model_dir:
         raise UsageError(f"{plan_path} names no model_dir; give --model-dir")

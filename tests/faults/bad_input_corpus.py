@@ -265,9 +265,10 @@ CASES: list[tuple[str, object, list[str], str]] = [
      E + "invalid JSON: lists or objects nested too deeply"),
 ]
 
-# Commands that follow runs: (id, run directory to set up, argv, expected). The run root is
-# {tmp}/runs, holding ``ok-run`` (a run of this version) and ``old-run`` (a run directory
-# written by another version of tfcluster); nothing is written or stopped.
+# Commands that follow runs: (id, argv, expected). The run root is {tmp}/runs, holding
+# ``ok-run`` (a run of this version), ``old-run`` (a run directory written by another
+# version of tfcluster) and ``cut-run`` (its state.json cut short); nothing is written or
+# stopped.
 OLD = ("launch: error: {tmp}/runs/old-run was written by another version of tfcluster "
        "(state version 0, this launch reads version 1)")
 UNKNOWN = ("launch: error: no run 'nosuch' under {tmp}/runs (`launch list` shows the runs; "
@@ -285,7 +286,35 @@ RUN_CASES: list[tuple[str, list[str], str]] = [
      "launch: error: run id 'o' is ambiguous under {tmp}/runs: ok-run, old-run"),
     ("status-not-a-run-dir", ["status", "{tmp}/runs/ok-run/logs"],
      "launch: error: {tmp}/runs/ok-run/logs is not a run directory (no state.json)"),
+    ("status-damaged-state", ["status", "cut-run"],
+     "launch: error: {tmp}/runs/cut-run/state.json is damaged: not JSON, or cut short "
+     "(Unterminated string starting at: line 1 column 37 (char 36))"),
+    ("logs-damaged-state", ["logs", "cut-run", "-f"],
+     "launch: error: {tmp}/runs/cut-run/state.json is damaged: not JSON, or cut short "
+     "(Unterminated string starting at: line 1 column 37 (char 36))"),
     ("status-other-root", ["status", "ok-run", "--root", "{tmp}/elsewhere"],
      "launch: error: no run 'ok-run' under {tmp}/elsewhere (`launch list` shows the runs; "
      "give --root for another run root)"),
+]
+
+# model_dir's lease (launcher/lease.py): (id, the lease file in {tmp}/model, argv, expected).
+# A held lease is this test process's, on this host, with a fresh heartbeat ({pid}, {host});
+# the model_dir is left as it was.
+LEASE_HELD = ("launch: error: model_dir {tmp}/model is in use by run holder-run (host {host}, "
+              "launcher pid {pid}, heartbeat 0s ago): follow it with `launch status "
+              "holder-run`; wait for it to end (or --force if it is gone)")
+LEASE_CORRUPT = ("launch: error: model_dir lease {tmp}/model/.tfcluster-lease.json cannot be "
+                 "read ({why}): make sure no run uses this model_dir, then remove the file or "
+                 "launch again with --force")
+LEASE_CASES: list[tuple[str, str, list[str], str]] = [
+    ("lease-held", "held", [], LEASE_HELD),
+    ("lease-held-detach", "held", ["--detach"], LEASE_HELD),
+    ("lease-held-dry-run-json", "held", ["--json"], "launch: error: --json goes with --dry-run"),
+    ("lease-cut-short", '{"run_id": "holder-run", "host": "', [],
+     LEASE_CORRUPT.replace("{why}", "not JSON: Unterminated string starting at: line 1 column "
+                                    "34 (char 33)")),
+    ("lease-foreign", '["not", "a", "lease"]', [],
+     LEASE_CORRUPT.replace("{why}", "not a JSON object but list")),
+    ("lease-missing-fields", '{"run_id": "holder-run"}', ["--detach"],
+     LEASE_CORRUPT.replace("{why}", "no host, pid, started, heartbeat")),
 ]

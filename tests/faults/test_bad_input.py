@@ -9,10 +9,11 @@ import json
 import os
 import socket
 import sys
+import time
 from pathlib import Path
 
 import pytest
-from bad_input_corpus import CASES, DROP, RUN_CASES, Raw
+from bad_input_corpus import CASES, DROP, LEASE_CASES, RUN_CASES, Raw
 from bad_input_corpus import Path as SpecPath
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -111,7 +112,8 @@ def test_bad_input_is_one_clear_error(tmp_path, capsys, case_id, spec, argv, exp
 
 
 def write_runs(root: Path) -> None:
-    """A run of this version (ok-run, one task) and one of another version (old-run)."""
+    """A run of this version (ok-run, one task), one of another version (old-run) and one
+    whose state.json is cut short (cut-run)."""
     from launcher.runs import VERSION
 
     for name, version in (("ok-run", VERSION), ("old-run", 0)):
@@ -120,6 +122,8 @@ def write_runs(root: Path) -> None:
             "version": version, "run_id": name, "name": "bad", "backend": "local",
             "state": "succeeded", "tasks": [{"task": "chief:0", "address": "localhost:1",
                                              "state": "0", "log": "logs/chief-0.log"}]}))
+    (root / "cut-run").mkdir()
+    (root / "cut-run" / "state.json").write_text('{"version": 1, "run_id": "cut-run", "na')
 
 
 @pytest.mark.parametrize("case_id, argv, expected", RUN_CASES, ids=[c[0] for c in RUN_CASES])
@@ -133,6 +137,34 @@ def test_bad_run_commands_are_one_clear_error(tmp_path, capsys, monkeypatch, cas
     assert status == 2, err
     assert err.strip().splitlines() == [fill(expected, {"tmp": str(tmp_path)})]
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+@pytest.mark.parametrize("case_id, lease, argv, expected", LEASE_CASES,
+                         ids=[c[0] for c in LEASE_CASES])
+def test_a_held_or_damaged_lease_is_one_clear_error(tmp_path, capsys, monkeypatch, case_id,
+                                                    lease, argv, expected):
+    from launcher.lease import LEASE_FILE
+
+    monkeypatch.setenv("TFCLUSTER_RUNS", str(tmp_path / "runs"))
+    model = tmp_path / "model"
+    model.mkdir()
+    if lease == "held":     # this process, with a heartbeat a little ahead: "0s ago"
+        lease = json.dumps({"run_id": "holder-run", "host": socket.gethostname(),
+                            "pid": os.getpid(), "started": time.time(),
+                            "heartbeat": time.time() + 30})
+    (model / LEASE_FILE).write_text(lease)
+    spec = tmp_path / "cluster.json"
+    spec.write_text(json.dumps(base_spec(tmp_path)))
+    subs = {"tmp": str(tmp_path), "host": socket.gethostname(), "pid": str(os.getpid())}
+    status = run_main([str(spec), *argv])
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert err.strip().splitlines()[-1:] == [fill(expected, subs)]
+    assert "Traceback" not in err
+    assert not (tmp_path / "started").exists()                    # no task ran
+    assert [p.name for p in model.iterdir()] == [LEASE_FILE]       # model_dir as it was
+    assert (model / LEASE_FILE).read_text() == lease
+    assert not (tmp_path / "runs").exists()                       # no run recorded
 
 
 def test_corpus_is_large_and_ids_are_unique():

@@ -29,8 +29,9 @@ def test_a_reader_never_sees_half_a_state(tmp_path):
         n = 0
         while not stop.is_set():
             n += 1
-            state.update(step=n, tasks=[{"task": f"worker:{i}", "pad": "x" * 200}
-                                        for i in range(n % 50)])
+            state.update(step=n, tasks=[{"task": f"worker:{i}", "address": "h:1",
+                                         "state": "running", "log": "logs/w.log",
+                                         "pad": "x" * 200} for i in range(n % 50)])
 
     writer = threading.Thread(target=write)
     writer.start()
