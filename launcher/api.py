@@ -308,7 +308,7 @@ def _execute(spec, backend, plan, command, args, run_dir, events, state,
     """Preflight, run (new ports and again when a task lost its port to a race), then the
     closing summary; the backend is closed whatever happens."""
     from launcher.job import Job, PortConflict
-    from launcher.output.summary import closing_lines, summary_doc, summary_table
+    from launcher.output.summary import closing_lines, summary_doc, summary_table, verdict
     from orchestrator.roles import TRAINERS
 
     try:
@@ -341,6 +341,10 @@ def _execute(spec, backend, plan, command, args, run_dir, events, state,
                          [r.log_path for r in result.runs if r.task.type in TRAINERS],
                          plan.model_dir, result.training_finished,
                          _seen_evaluated(job.monitors))
+    short = verdict(result, closing)
+    if short:
+        result = dataclasses.replace(result, status=1, reason=short)
+        events.write("verdict", status=1, reason=short)
     table = summary_table(result.runs)
     verdict = "succeeded" if result.status == 0 else f"FAILED (exit status {result.status})"
     console.info(f"job {verdict} after {result.duration:.1f}s: {result.reason}\n{table}")

@@ -3,19 +3,25 @@
 TensorFlow writes one checkpoint in this order: the data shards (one per ps, through a
 temporary file and a rename), the ``.index`` (in place), the ``.meta`` (Estimator), and last
 the ``checkpoint`` state file (replaced atomically); old checkpoints are deleted after that.
-So the reader follows the state file and never lists model_dir: one poll reads the state
-file, the first bytes of the named ``.index`` (whose header holds the number of data shards)
-and looks up the ``.meta`` and every ``.data-0000i-of-0000K`` by name. Its cost does not grow
-with the number of files in model_dir.
+So the reader follows the state file and never lists model_dir: once per new checkpoint it
+reads the named ``.index`` (a table: its header holds the number of data shards, its keys
+say what wrote it) and looks up every ``.data-0000i-of-0000K`` by name. Its cost does not
+grow with the number of files in model_dir.
 
-Complete means: the state file names it, and its ``.index``, its ``.meta`` (Estimator layout)
-and all K data shards exist. A checkpoint with a missing ps shard is never complete (the
-reader then reports the newest older one that is, and what is missing).
+Complete means: the state file names it, and its ``.index`` and all K data shards exist
+(what a restore reads; the ``.meta`` of a ``Saver`` comes after the state file and is not
+needed). A checkpoint with a missing ps shard is never complete (the reader then reports
+the newest older one that is, and what is missing).
 
-Layouts: Estimator / ``tf.compat.v1.train.Saver`` (``model.ckpt-N``, N is the global step
-when the checkpoint was saved) and TF2 ``tf.train.CheckpointManager`` (``ckpt-N``, N is a
-save counter unless the script saves with ``checkpoint_number=step``). The step actually
-stored in a checkpoint needs TensorFlow: ``stored_global_step`` imports it lazily.
+Checkpoints are told apart by what TensorFlow writes, not by their names: an index that
+holds ``_CHECKPOINTABLE_OBJECT_GRAPH`` is a TF2 object-based checkpoint
+(``tf.train.CheckpointManager``'s ``ckpt-N`` or ``model.ckpt-N``, Keras ``ModelCheckpoint``'s
+``ckpt_{epoch}``): its number counts saves or epochs, and its step is read from the
+checkpoint itself (``step``, ``global_step``, the optimizer's ``iter``/``iterations``); one
+without is a ``tf.compat.v1.train.Saver``'s (Estimator: ``model.ckpt-N``, N the global
+step; a name without N: its ``global_step`` tensor). A checkpoint whose step cannot be
+known has ``step`` None (``Checkpoint.progress`` says so). The step is read without
+TensorFlow (orchestrator/tfformats.py); ``stored_global_step`` reads it with TensorFlow.
 """
 
 from __future__ import annotations
@@ -27,13 +33,21 @@ from typing import Any
 
 import fsspec
 
-from orchestrator.tfformats import num_shards_from_index_head
+from orchestrator.tfformats import (
+    OBJECT_GRAPH_KEY,
+    BundleEntry,
+    index_entries,
+    int_scalar,
+    num_shards_from_index_head,
+)
 
 STATE_FILE = "checkpoint"
 TF2_BASENAME = "ckpt"
 _INDEX_HEAD_BYTES = 64
 STATE_MAX_BYTES = 1 << 20   # the newest name is on the first line; the rest may be cut
 _NAME_RE = re.compile(r"^(?P<base>.+)-(?P<number>\d+)$")
+_TRAILING_NUMBER_RE = re.compile(r"(\d+)$")
+INDEX_MAX_BYTES = 64 << 20   # an index larger than this is not read whole (its step unknown)
 _STATE_LINE_RE = re.compile(r'^\s*(model_checkpoint_path|all_model_checkpoint_paths)\s*:\s*"(.*)"')
 
 
@@ -41,16 +55,19 @@ _STATE_LINE_RE = re.compile(r'^\s*(model_checkpoint_path|all_model_checkpoint_pa
 class Checkpoint:
     """One complete checkpoint."""
 
-    name: str            # file prefix inside model_dir: "model.ckpt-3000", "ckpt-7"
+    name: str            # file prefix inside model_dir: "model.ckpt-3000", "ckpt-7", "ckpt_10"
     path: str            # the prefix as a full URL or path: "s3://b/run/model.ckpt-3000"
-    number: int          # N of the file name
-    layout: str          # "estimator" (model.ckpt-N, .meta) or "tf2" (ckpt-N, no .meta)
+    number: int          # the number the name ends with (-1: none)
+    layout: str          # "estimator" (a Saver's: Estimator, TF1) or "tf2" (object-based)
     shards: int          # K: number of .data files (one per ps)
-    step: int | None     # global step from the name; None when N is a TF2 save counter
+    step: int | None     # global step (from the name or the checkpoint); None: not known
+    step_from: str = "name"   # where the step came from: "name" or the tensor's key
 
     @property
     def progress(self) -> str:
-        return f"step {self.step}" if self.step is not None else f"save {self.number}"
+        if self.step is not None:
+            return f"step {self.step}"
+        return f"{self.name} (its step is neither in its name nor in the checkpoint)"
 
 
 @dataclass
@@ -154,14 +171,17 @@ class CheckpointReader:
             return sorted(self.fs.find(self.root, maxdepth=1, prefix=prefix))
         return sorted(self.fs.glob(self._path(glob.escape(prefix) + "*")))
 
-    def _num_shards(self, prefix: str) -> int | None:
-        """K from the index header; None when the index is missing."""
+    def _index(self, prefix: str) -> bytes | None:
+        """The ``.index`` (whole, up to INDEX_MAX_BYTES); None when it is missing."""
         try:
-            head = self.fs.cat_file(self._path(prefix + ".index"), start=0,
-                                    end=_INDEX_HEAD_BYTES)
+            return self.fs.cat_file(self._path(prefix + ".index"), start=0,
+                                    end=INDEX_MAX_BYTES)
         except FileNotFoundError:
             return None
-        k = num_shards_from_index_head(head)
+
+    def _num_shards(self, prefix: str, head: bytes) -> int:
+        """K from the index header."""
+        k = num_shards_from_index_head(head[:_INDEX_HEAD_BYTES])
         if k is not None:
             return k
         # Unknown index format: fall back to a listing limited to this prefix's data files.
@@ -172,20 +192,45 @@ class CheckpointReader:
 
     def check(self, name: str) -> tuple[Checkpoint | None, list[str]]:
         """(the checkpoint, []) when ``name`` is complete, else (None, files missing)."""
-        kind = layout_of(name)
-        layout, number = kind if kind else ("estimator", -1)
-        k = self._num_shards(name)
-        if k is None:
+        index = self._index(name)
+        if index is None:
             return None, [name + ".index"]
-        needed = [shard_name(name, i, k) for i in range(k)]
-        if layout == "estimator":
-            needed.append(name + ".meta")
-        missing = [f for f in needed if not self._exists(f)]
+        k = self._num_shards(name, index)
+        missing = [f for f in (shard_name(name, i, k) for i in range(k)) if not self._exists(f)]
         if missing or k == 0:
             return None, missing or [shard_name(name, 0, 1)]
-        step = number if (layout == "estimator" or self.tf2_number_is_step) and number >= 0 \
-            else None
-        return Checkpoint(name, self.url(name), number, layout, k, step), []
+        try:
+            entries: dict[str, BundleEntry] | None = index_entries(index)
+        except (ValueError, IndexError):
+            entries = None      # not a whole table (cut, or another format): go by the name
+        kind = layout_of(name)
+        if entries is not None:
+            layout = "tf2" if OBJECT_GRAPH_KEY.decode() in entries else "estimator"
+        else:
+            layout = kind[0] if kind else "estimator"
+        numbered = _TRAILING_NUMBER_RE.search(name)
+        number = kind[1] if kind else int(numbered.group(1)) if numbered else -1
+        if kind and (layout == "estimator" or self.tf2_number_is_step):
+            return Checkpoint(name, self.url(name), number, layout, k, number), []
+        step, key = self._stored_step(name, k, entries or {})
+        return Checkpoint(name, self.url(name), number, layout, k, step, key or "name"), []
+
+    def _stored_step(self, name: str, k: int, entries: dict[str, BundleEntry]
+                     ) -> tuple[int | None, str | None]:
+        """(the step a checkpoint holds, its key): one ranged read of a data shard."""
+        for key in STEP_KEYS:
+            entry = entries.get(key)
+            if entry is None or entry.shard >= k:
+                continue
+            try:
+                raw = self.fs.cat_file(self._path(shard_name(name, entry.shard, k)),
+                                       start=entry.offset, end=entry.offset + entry.size)
+            except FileNotFoundError:
+                return None, None
+            value = int_scalar(entry, raw)
+            if value is not None:
+                return value, key
+        return None, None
 
     def scan(self) -> Scan:
         """Read the state file and find the newest complete checkpoint it names."""
@@ -241,6 +286,7 @@ STEP_KEYS = (
     "step/.ATTRIBUTES/VARIABLE_VALUE",
     "optimizer/iter/.ATTRIBUTES/VARIABLE_VALUE",
     "optimizer/iterations/.ATTRIBUTES/VARIABLE_VALUE",
+    "optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE",   # tf_keras 2.11+ optimizers
 )
 
 

@@ -10,7 +10,9 @@ and the tasks' states (``TaskState``, given by whoever runs the tasks) into a ``
 (orchestrator/decisions.py):
 
 - ``finish`` when the newest complete checkpoint reached max_steps, or the step in the
-  chief's events file did;
+  chief's events file did, read as series (orchestrator/step_series.py): steps that go
+  backwards mean a restore, and the step is the newest series'; while an older series is
+  still written to (interleaved), only a checkpoint says max_steps was reached;
 - ``lost`` when a ps died while trainers still run (they would hang for ever): the
   restart policies decide what that means;
 - ``fail`` when nothing moved for ``stall`` seconds (``startup`` + ``stall`` before the
@@ -34,13 +36,15 @@ from orchestrator.decisions import FAIL, FINISH, LOST, Decision, TaskState
 from orchestrator.evaluated import EvaluationFollower
 from orchestrator.metrics_file import METRICS_FILE
 from orchestrator.roles import TRAINERS
-from orchestrator.tfformats import EVENTS_PREFIX, newest_event_step
+from orchestrator.step_series import StepSeries
+from orchestrator.tfformats import EVENTS_PREFIX, event_steps
 
 RATE_WINDOW = 20           # step observations kept to estimate steps per second
 RATE_SECS = 30.0           # ... over at most this many seconds before the newest one
 RATE_MIN_SECS = 5.0        # ... and over at least this many (several polls, not two)
 METRICS_TAIL_BYTES = 16384  # a new eval line is looked for in the file's last bytes
 EVENTS_REDISCOVER_SECS = 30.0
+EVENTS_FIRST_LOOK_SECS = 5.0   # s between looks while no events file is known
 EVENTS_READ_MAX = 4 << 20   # bytes of new events read per poll at most
 NEAR_END_POLL_MIN = 0.1     # s: the fastest poll, close to max_steps
 
@@ -57,7 +61,9 @@ class Progress:
     step_at: float | None = None     # monotonic time the newest step was first seen
     last_activity_what: str = "the coordinator started"
     latest_eval: dict[str, Any] | None = None
-    events_step: int | None = None   # newest global step in the chief's events file
+    events_step: int | None = None   # the chief's events file: its newest series' step
+    restored: tuple[int, int] | None = None  # the last restore seen there: (from, to) step
+    events_interleaved: bool = False  # an older series went on after a restore
     evaluated_step: int | None = None  # newest checkpoint step the evaluator evaluated
     named: str | None = None         # newest checkpoint the state file names
     incomplete: dict[str, list[str]] = field(default_factory=dict)  # name -> missing files
@@ -106,6 +112,7 @@ class Coordinator:
         self._state_text: str | None = None
         self._baseline = False       # the first poll's state file: there before this job
         self._history: collections.deque = collections.deque(maxlen=RATE_WINDOW)
+        self._series = StepSeries()
         self._events_file: str | None = None
         self._events_size = -1
         self._events_offset = 0
@@ -158,8 +165,10 @@ class Coordinator:
         """Tasks were restarted: they get the startup time again before the stall clock
         runs with ``stall`` alone (until a checkpoint is named after the restart)."""
         with self._lock:
+            self._history.clear()
             self._progress = replace(self._progress, last_activity=self.clock(),
-                                     last_activity_what="a restart", named=None)
+                                     last_activity_what="a restart", named=None,
+                                     steps_per_sec=None, eta_secs=None, step_at=None)
 
     def newest_complete(self) -> Checkpoint | None:
         """The newest complete checkpoint seen (what a restarted job resumes from)."""
@@ -204,10 +213,18 @@ class Coordinator:
                         last_activity_what=f"checkpoint {ckpt.name}")
             self._emit("checkpoint", name=ckpt.name, step=ckpt.step, number=ckpt.number,
                        shards=ckpt.shards, path=ckpt.path)
-        grew, step = self._follow_events(now, p)
+        grew, steps = self._follow_events(now, p)
         if grew:
             p = replace(p, last_activity=now, last_activity_what="the events file grew")
-        if step is not None and (p.events_step is None or step > p.events_step):
+        for was, now_at in self._series.add(steps):
+            self._history.clear()            # the rate of the restored series alone
+            p = replace(p, restored=(was, now_at))
+            self._emit("restore", step=was, restored_to=now_at)
+        if self._series.interleaved and not p.events_interleaved:
+            p = replace(p, events_interleaved=True)
+            self._emit("events_interleaved", step=self._series.newest)
+        step = self._series.newest
+        if step is not None and step != p.events_step:
             self._observe(now, step)
             p = replace(p, events_step=step, steps_per_sec=self._rate(),
                         last_activity_what=f"step {step} in the events file")
@@ -228,9 +245,11 @@ class Coordinator:
             self._history.append((now, step))
 
     def _rate(self) -> float | None:
-        """Steps per second over the recent observations (at most RATE_SECS old)."""
+        """Steps per second over the recent observations (at most RATE_SECS old). The
+        first observation since a (re)start or a restore is left out: the time up to it is
+        TensorFlow starting, not training."""
         t1, s1 = self._history[-1] if self._history else (0.0, 0)
-        recent = [(t, s) for t, s in self._history if t1 - t <= RATE_SECS]
+        recent = [(t, s) for t, s in list(self._history)[1:] if t1 - t <= RATE_SECS]
         if len(recent) < 2 or t1 - recent[0][0] < RATE_MIN_SECS:
             return None
         (t0, s0) = recent[0]
@@ -242,40 +261,41 @@ class Coordinator:
             return None
         return max(0.0, (p.max_steps - p.latest_step) / p.steps_per_sec)
 
-    def _follow_events(self, now: float, p: Progress) -> tuple[bool, int | None]:
-        """(whether the chief's events file grew, the newest step in what was added).
+    def _follow_events(self, now: float, p: Progress) -> tuple[bool, list[int]]:
+        """(whether the chief's events file grew, the steps in what was added).
 
         The file is found with a listing of ``events.out.tfevents.*`` (limited to that
-        prefix on S3) at most every 30 s, and only while none is known or training has been
-        quiet; then one ``info`` per poll, and one ranged read of the new bytes when it grew.
+        prefix on S3) every 5 s while none is known, and at most every 30 s while training
+        has been quiet (a newer file); then one ``info`` per poll, and one ranged read of the
+        new bytes when it grew.
         """
         quiet = now - p.last_activity > min(self.stall / 3, EVENTS_REDISCOVER_SECS)
-        if (self._events_file is None or quiet) and \
-                now - self._events_looked >= EVENTS_REDISCOVER_SECS:
+        every = EVENTS_FIRST_LOOK_SECS if self._events_file is None else EVENTS_REDISCOVER_SECS
+        if (self._events_file is None or quiet) and now - self._events_looked >= every:
             self._events_looked = now
             found = self.reader.list_prefix(EVENTS_PREFIX)
             if found and found[-1] != self._events_file:
                 self._events_file, self._events_size = found[-1], -1
                 self._events_offset, self._events_readable = 0, True
         if self._events_file is None:
-            return False, None
+            return False, []
         try:
             size = int(self.fs.info(self._events_file).get("size") or 0)
         except FileNotFoundError:
             self._events_file = None
-            return False, None
+            return False, []
         grew = self._events_size >= 0 and size > self._events_size
         self._events_size = size
-        step = None
+        steps: list[int] = []
         if self._events_readable and size > self._events_offset:
             end = min(size, self._events_offset + EVENTS_READ_MAX)
             data = self.fs.cat_file(self._events_file, start=self._events_offset, end=end)
             try:
-                step, used = newest_event_step(data)
+                steps, used = event_steps(data)
                 self._events_offset += used
             except ValueError:
                 self._events_readable = False   # not a TFRecord file: its growth still counts
-        return grew, step
+        return grew, steps
 
     def _latest_eval(self, current: dict[str, Any] | None) -> dict[str, Any] | None:
         """The newest ``split == "eval"`` line of tfcluster_metrics.jsonl; the file's size
@@ -315,7 +335,7 @@ class Coordinator:
                                             f"max_steps {p.max_steps}")
             return self._finish
         if p.max_steps is not None and p.events_step is not None and \
-                p.events_step >= p.max_steps:
+                p.events_step >= p.max_steps and not p.events_interleaved:
             # Summaries come more often than checkpoints: the end rules wait
             # ``timeouts.finish`` for a checkpoint at max_steps before they stop trainers.
             self._finish = Decision(FINISH, f"step {p.events_step} in the chief's events file "

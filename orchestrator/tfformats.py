@@ -94,17 +94,25 @@ def num_shards_from_index_head(head: bytes) -> int | None:
         return None
 
 
-def newest_event_step(data: bytes) -> tuple[int | None, int]:
-    """(the largest ``Event.step`` in the whole TFRecords at the start of ``data``, bytes
-    they take). A record cut short at the end is left for the next read. CRCs are not
-    checked; bytes that cannot be records raise ValueError."""
-    newest, consumed = None, 0
+def event_steps(data: bytes) -> tuple[list[int], int]:
+    """(the ``Event.step`` of each whole TFRecord at the start of ``data``, in file order,
+    bytes they take). Records without a step (the file version) are left out; a record cut
+    short at the end is left for the next read. CRCs are not checked; bytes that cannot be
+    records raise ValueError."""
+    steps, consumed = [], 0
     for record, end in tfrecords(data):
         consumed = end
         step = event_step(record)
-        if step is not None and (newest is None or step > newest):
-            newest = step
-    return newest, consumed
+        if step is not None:
+            steps.append(step)
+    return steps, consumed
+
+
+def newest_event_step(data: bytes) -> tuple[int | None, int]:
+    """(the largest ``Event.step`` in the whole TFRecords at the start of ``data``, bytes
+    they take): see ``event_steps``."""
+    steps, consumed = event_steps(data)
+    return (max(steps) if steps else None), consumed
 
 
 def event_step(record: bytes) -> int | None:
@@ -219,3 +227,102 @@ def scalars_in_dir(directory: str) -> list[Scalar]:
         except FileNotFoundError:
             continue
     return sorted(out, key=lambda s: (s.step, s.wall_time))
+
+
+# ---------------------------------------------------------------- checkpoint index tables
+# A ``.index`` is a LevelDB-format table (TensorFlow's tensor bundle: blocks written
+# uncompressed): key -> BundleEntryProto (dtype 1, shard_id 3, offset 4, size 5) of each
+# tensor, the empty key -> BundleHeaderProto. TF2 object-based checkpoints also hold
+# ``_CHECKPOINTABLE_OBJECT_GRAPH``; TF1 ``Saver`` checkpoints (Estimator) do not.
+TABLE_MAGIC = 0xDB4775248B80FB57
+TABLE_FOOTER = 48
+BLOCK_TRAILER = 5          # compression type (1 byte) + crc32c (4)
+OBJECT_GRAPH_KEY = b"_CHECKPOINTABLE_OBJECT_GRAPH"
+INT_DTYPES = {3: "<i", 9: "<q"}    # DT_INT32, DT_INT64
+
+
+def _block_handle(buf: bytes, pos: int) -> tuple[int, int, int]:
+    offset, pos = read_varint(buf, pos)
+    size, pos = read_varint(buf, pos)
+    return offset, size, pos
+
+
+def _block(data: bytes, offset: int, size: int) -> bytes:
+    if offset + size + BLOCK_TRAILER > len(data):
+        raise ValueError("table block past the end of the file")
+    if data[offset + size] != 0:
+        raise ValueError("compressed table block (TensorFlow writes bundles uncompressed)")
+    return data[offset:offset + size]
+
+
+def block_entries(block: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """(key, value) of one table block (keys share prefixes with the previous key)."""
+    if len(block) < 4:
+        raise ValueError("table block too short")
+    (restarts,) = struct.unpack_from("<I", block, len(block) - 4)
+    end = len(block) - 4 - 4 * restarts
+    if end < 0:
+        raise ValueError("bad table block restart count")
+    pos, key = 0, b""
+    while pos < end:
+        shared, pos = read_varint(block, pos)
+        own, pos = read_varint(block, pos)
+        size, pos = read_varint(block, pos)
+        if shared > len(key) or pos + own + size > end:
+            raise ValueError("bad table block entry")
+        key = key[:shared] + block[pos:pos + own]
+        pos += own
+        yield key, block[pos:pos + size]
+        pos += size
+
+
+def table_entries(data: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """(key, value) of every entry of a whole ``.index`` file, in key order. Raises
+    ValueError for bytes that are not such a table."""
+    if len(data) < TABLE_FOOTER:
+        raise ValueError("too short for a table")
+    footer = data[-TABLE_FOOTER:]
+    if struct.unpack_from("<Q", footer, TABLE_FOOTER - 8)[0] != TABLE_MAGIC:
+        raise ValueError("not a table (no magic number)")
+    _, _, pos = _block_handle(footer, 0)            # the metaindex block: unused
+    offset, size, _ = _block_handle(footer, pos)
+    for _, handle in block_entries(_block(data, offset, size)):
+        block_offset, block_size, _ = _block_handle(handle, 0)
+        yield from block_entries(_block(data, block_offset, block_size))
+
+
+@dataclass(frozen=True)
+class BundleEntry:
+    """Where one tensor of a checkpoint lies: data shard, offset, size, dtype."""
+
+    dtype: int
+    shard: int
+    offset: int
+    size: int
+
+
+def bundle_entry(value: bytes) -> BundleEntry:
+    found = {1: 0, 3: 0, 4: 0, 5: 0}
+    for number, wire, v in fields(value):
+        if number in found and wire == 0:
+            found[number] = v
+    return BundleEntry(found[1], found[3], found[4], found[5])
+
+
+def index_entries(data: bytes) -> dict[str, BundleEntry]:
+    """The tensors a ``.index`` lists (the header's empty key left out)."""
+    return {key.decode("utf-8", "replace"): bundle_entry(value)
+            for key, value in table_entries(data) if key}
+
+
+def is_object_graph(data: bytes) -> bool:
+    """Whether a ``.index`` is a TF2 object-based checkpoint's."""
+    return any(key == OBJECT_GRAPH_KEY for key, _ in table_entries(data))
+
+
+def int_scalar(entry: BundleEntry, raw: bytes) -> int | None:
+    """The value of an int32/int64 scalar tensor from its bytes in the data shard."""
+    fmt = INT_DTYPES.get(entry.dtype)
+    if fmt is None or len(raw) != struct.calcsize(fmt) or entry.size != len(raw):
+        return None
+    return int(struct.unpack(fmt, raw)[0])

@@ -39,6 +39,7 @@ class Closing:
     evaluated_step: int | None = None
     has_evaluator: bool = False
     notes: list[str] = field(default_factory=list)
+    readable: bool = True       # the last read of model_dir succeeded
 
     @property
     def final_step(self) -> int | None:
@@ -72,8 +73,10 @@ class Closing:
     def outcome_line(self) -> str | None:
         """Where training ended, against max_steps."""
         ckpt = self.checkpoint
-        if ckpt is None or ckpt.step is None:
+        if ckpt is None:
             return None
+        if ckpt.step is None:
+            return f"final checkpoint {ckpt.progress}"
         line = f"final checkpoint {ckpt.name}"
         past = self.steps_past_max
         if past is not None:
@@ -138,7 +141,7 @@ def final_read(reader: CheckpointReader, max_steps: int | None, has_evaluator: b
         if has_evaluator and seen_evaluated is not None:
             evaluated = max(evaluated or seen_evaluated, seen_evaluated)
     except OSError as e:
-        c = Closing(max_steps=max_steps, has_evaluator=has_evaluator)
+        c = Closing(max_steps=max_steps, has_evaluator=has_evaluator, readable=False)
         c.notes.append(f"model_dir could not be read at the end: {type(e).__name__}: {e}")
         return c
     c = Closing(ckpt, max_steps, evaluated, has_evaluator)

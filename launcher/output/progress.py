@@ -52,8 +52,8 @@ def progress_line(p: Progress, waited: float, restarts: int = 0, now: float | No
     rate and ETA as current; ``silent`` names tasks that stopped answering gRPC."""
     ckpt, step = p.checkpoint, p.latest_step
     if step is None:
-        line = (f"checkpoint {ckpt.name} (save {ckpt.number}; TF2 names count saves, not steps)"
-                if ckpt else f"waiting for the first checkpoint ({duration_text(waited)})")
+        line = f"checkpoint {ckpt.progress}" if ckpt else \
+            f"waiting for the first checkpoint ({duration_text(waited)})"
     else:
         total = f"/{p.max_steps} ({100 * min(step, p.max_steps) // p.max_steps}%)" \
             if p.max_steps else ""

@@ -6,6 +6,10 @@ Exit status rule (docs/ending.md), recorded in summary.json: 0 when training fin
 every task ended, whatever the evaluator did short of failing; 1 when a task failed,
 including an evaluator that failed after training finished (``"training": "finished"``,
 ``"evaluation": "failed"`` then say exactly that); 128+N when interrupted by signal N.
+Training finished means the user's script (its primary task) exited 0 by itself, or the
+newest complete checkpoint holds a step at or past max_steps: a job the launcher ended while
+its newest checkpoint is short of max_steps (or none was written, or its step cannot be
+read) failed (``verdict``; ``"training": "stopped short"``), whatever the events file said.
 """
 
 from __future__ import annotations
@@ -17,9 +21,13 @@ if TYPE_CHECKING:
     from launcher.output.closing import Closing
 
 STATUS_RULE = ("0: training finished and every task ended (an evaluator that did not "
-               "evaluate the final checkpoint is a note, not a failure); 1: a task failed, an "
-               "evaluator failing after training finished included; 2: bad input; 128+N: "
-               "interrupted by signal N")
+               "evaluate the final checkpoint is a note, not a failure); training finished "
+               "means the user's script exited 0 by itself or the newest complete checkpoint "
+               "is at or past max_steps; 1: a task failed, an evaluator failing after "
+               "training finished included, or the launcher ended training while the newest "
+               "checkpoint was short of max_steps; 2: bad input; 128+N: interrupted by "
+               "signal N")
+SHORT = "training was ended by the launcher, but "
 
 HEADER = ("task", "address", "exit", "duration", "restarts", "log")
 
@@ -46,7 +54,51 @@ def evaluation_of(result: JobResult, closing: Closing) -> str:
     return "failed" if failed and closing.evaluation != "evaluated" else closing.evaluation
 
 
+def script_ended(runs: list[TaskRun]) -> bool:
+    """Whether the user's script ended training itself: its primary task (chief, else
+    master, else worker 0) exited 0 without being stopped."""
+    from orchestrator.roles import PRIMARY_ORDER
+
+    for type_ in PRIMARY_ORDER:
+        primary = next((r for r in runs if r.task.type == type_ and r.task.index == 0), None)
+        if primary is not None:
+            return primary.status == 0 and not primary.stopped
+    return False
+
+
+def verdict(result: JobResult, closing: Closing) -> str | None:
+    """Why a job whose tasks all ended did not succeed after all (None: it did): the
+    launcher ended training (max_steps seen in the chief's events file, timeouts.finish)
+    while the newest complete checkpoint is short of max_steps."""
+    if result.status != 0 or closing.max_steps is None or not closing.readable or \
+            script_ended(result.runs):
+        return None
+    ckpt, step = closing.checkpoint, closing.final_step
+    if step is not None and step >= closing.max_steps:
+        return None
+    if ckpt is None:
+        where = "no checkpoint was written into model_dir"
+    elif step is None:
+        where = f"the newest checkpoint {ckpt.name} has no step to compare with max_steps " \
+                "(neither in its name nor in the checkpoint)"
+    else:
+        where = f"the newest complete checkpoint {ckpt.name} is short of max_steps " \
+                f"{closing.max_steps}"
+    return f"{SHORT}{where}, and {_primary_name(result.runs)} did not exit 0 by itself"
+
+
+def _primary_name(runs: list[TaskRun]) -> str:
+    from orchestrator.roles import PRIMARY_ORDER
+
+    for type_ in PRIMARY_ORDER:
+        if any(r.task.type == type_ for r in runs):
+            return f"{type_}:0"
+    return "the primary task"
+
+
 def training_of(result: JobResult) -> str:
+    if result.reason.startswith(SHORT):
+        return "stopped short"
     if result.training_finished:
         return "finished"
     return "interrupted" if result.status >= 128 else "failed" if result.status else "ended"

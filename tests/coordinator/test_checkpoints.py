@@ -66,9 +66,7 @@ def test_nothing_before_the_state_file_names_a_checkpoint(storage):
     assert reader.newest_complete() is None                 # data + index, not named yet
     trainer.kept.append(name)
     trainer.write_state(trainer.kept)
-    assert reader.newest_complete() is None                 # named, .meta not yet written
-    trainer.write_meta(name)
-    ckpt = reader.newest_complete()
+    ckpt = reader.newest_complete()      # named: complete (a restore needs no .meta)
     assert ckpt is not None
     assert (ckpt.name, ckpt.step, ckpt.shards, ckpt.layout) == (name, 100, 2, "estimator")
     assert ckpt.path.endswith("/model.ckpt-100")
@@ -130,8 +128,8 @@ def test_a_poll_never_lists_model_dir(storage, old_files):
     reader = CheckpointReader(url, fs=counting)
     assert reader.newest_complete().step == 100
     assert not {"ls", "glob", "find", "walk", "listdir"} & set(counting.calls)
-    # state file + index head + 2 shards + meta
-    assert len(counting.calls) == 5
+    # state file + index + 2 shards
+    assert len(counting.calls) == 4
     counting.calls.clear()
     assert reader.newest_complete().step == 100              # unchanged: state file only
     assert counting.calls == ["cat_file"]

@@ -45,9 +45,13 @@ def test_progress_rate_eta_and_finish_at_max_steps(storage):
     p = coord.poll_once()
     assert (p.step, p.steps_per_sec, p.eta_secs) == (0, None, None)
     clock.now += 10
-    trainer.save(400)
+    trainer.save(200)
+    p = coord.poll_once()       # the time up to the first step after a start is TF starting
+    assert (p.step, p.steps_per_sec, p.eta_secs) == (200, None, None)
+    clock.now += 10
+    trainer.save(600)
     p = coord.poll_once()
-    assert p.step == 400 and p.steps_per_sec == 40.0 and p.eta_secs == 15.0
+    assert p.step == 600 and p.steps_per_sec == 40.0 and p.eta_secs == 10.0
     assert coord.judge(cluster()) is None
     clock.now += 10
     trainer.save(1002)                       # asynchronous overshoot
@@ -55,7 +59,7 @@ def test_progress_rate_eta_and_finish_at_max_steps(storage):
     verdict = coord.judge(cluster())
     assert verdict.action == "finish" and "model.ckpt-1002" in verdict.reason
     assert coord.newest_complete().name == "model.ckpt-1002"
-    assert [f["step"] for e, f in seen if e == "checkpoint"] == [0, 400, 1002]
+    assert [f["step"] for e, f in seen if e == "checkpoint"] == [0, 200, 600, 1002]
 
 
 def test_a_dead_ps_fails_the_job_at_once_naming_it(storage):
