@@ -20,7 +20,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from launcher.errors import SpecError, Terminated, UsageError
+from launcher.errors import LauncherFailed, SpecError, Terminated, UsageError
 
 MAX_PORT_RETRIES = 3
 
@@ -251,7 +251,14 @@ def execute(spec, backend, plan, command, args, on_running=None, console=None) -
         status, reason = exit_of(e)
         requeued = status > 128 and backend.requeued()
         _release(leases, state, requeued)
+        crashed = status == 1 and not isinstance(e, LauncherFailed)
+        if crashed:     # the launcher's own bug: one line, the traceback in run_dir
+            from launcher.crash import crash_line, save_traceback
+
+            reason = crash_line(e, save_traceback(e, run_dir))
         state.finish(status, reason, None, requeued=requeued)
+        if crashed:
+            raise LauncherFailed(reason) from e
         raise
     summary = {"status": result.status, "reason": result.reason, "duration": result.duration,
                "tasks": [{k: v for k, v in r.items() if k != "status"} for r in result.tasks]}
@@ -300,6 +307,8 @@ def exit_of(e: BaseException) -> tuple[int, str]:
         return 130, "interrupted by SIGINT"
     if isinstance(e, Terminated):
         return 128 + e.args[0], f"interrupted by {signal.Signals(e.args[0]).name}"
+    if isinstance(e, LauncherFailed):
+        return 1, str(e)
     return 1, f"launcher error: {e!r}"
 
 

@@ -11,7 +11,7 @@ import importlib
 import signal
 import sys
 
-from launcher.errors import Terminated, UsageError
+from launcher.errors import LauncherFailed, Terminated, UsageError
 from launcher.output.pipes import discard, flush_stdout
 from launcher.signals import catch
 
@@ -132,6 +132,14 @@ def _guard(fn) -> int:
     except Terminated as e:
         print(f"launch: interrupted by {signal.Signals(e.args[0]).name}", file=sys.stderr)
         return 128 + e.args[0]
+    except LauncherFailed as e:
+        print(f"launch: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:      # a bug of the launcher's own: one line, the traceback kept
+        from launcher.crash import crash_line, save_traceback
+
+        print(f"launch: {crash_line(e, save_traceback(e))}", file=sys.stderr)
+        return 1
 
 
 def run_cli(argv: list[str]) -> int:

@@ -24,6 +24,11 @@ class PreflightError(UsageError):
     """Checks before start failed (hosts unreachable, storage not shared...)."""
 
 
+class LauncherFailed(Exception):
+    """The launcher's own failure (a bug, not the job's): the message is the one line to
+    show (launcher/crash.py), the full traceback is saved to a file."""
+
+
 class Terminated(Exception):
     """SIGTERM or SIGHUP before the job loop took over the signals (checks, probes);
     ``args[0]`` is the signal number."""

@@ -5,11 +5,16 @@ from __future__ import annotations
 import json
 import threading
 import time
+from typing import Callable
 
 
 class EventLog:
-    def __init__(self, path: str | None):
+    """Appends events; a write that fails (a full disk, the run directory removed) never
+    raises: ``on_error`` is told (the job loop says it once and goes on)."""
+
+    def __init__(self, path: str | None, on_error: Callable[[OSError], None] | None = None):
         self.path = path
+        self.on_error = on_error
         self._lock = threading.Lock()
 
     def write(self, event: str, **fields) -> None:
@@ -17,8 +22,12 @@ class EventLog:
             return
         record = {"time": round(time.time(), 3), "event": event, **fields}
         line = json.dumps(record, default=str)
-        with self._lock, open(self.path, "a", encoding="utf-8") as f:
-            f.write(line + "\n")
+        try:
+            with self._lock, open(self.path, "a", encoding="utf-8") as f:
+                f.write(line + "\n")
+        except OSError as e:
+            if self.on_error is not None:
+                self.on_error(e)
 
 
 def read_events(path: str) -> list[dict]:

@@ -42,6 +42,7 @@ from orchestrator.policies import (
 from orchestrator.roles import TRAINERS
 
 OK, SIGNAL, TRANSIENT, ERROR, LOST = "ok", "signal", "transient", "error", "lost"
+REFUSED = "refused"     # its command could not be started (the kernel, a shell, the engine)
 
 
 def signal_name(signum: int) -> str:
@@ -112,6 +113,11 @@ class RestartBook:
                 return Decision(FAIL, f"{name} {what}")
         return self._decide(role, name, kind, f"{name} {what}")
 
+    def judge_refused(self, role: str, name: str, line: str) -> Decision:
+        """A restart whose command was refused (``line`` says why): as for a task that
+        died of an error; only ``always`` retries it."""
+        return self._decide(role, name, REFUSED, line)
+
     def judge_lost(self, role: str, name: str, reason: str) -> Decision:
         """A monitor found the task lost (unreachable, hung) while the launcher saw no exit."""
         return self._decide(role, name, LOST, reason)
@@ -123,6 +129,9 @@ class RestartBook:
         if kind == ERROR and policy.policy != ALWAYS:
             return Decision(FAIL, f"{what}; not retried: an error in the task's own code "
                                    f"would repeat (restart policy 'always' retries it)")
+        if kind == REFUSED and policy.policy != ALWAYS:
+            return Decision(FAIL, f"{what}; not retried: the same command would be refused "
+                                   f"again (restart policy 'always' retries it)")
         return self._restart(role, name, what)
 
     def _restart(self, role: str, name: str, what: str) -> Decision:

@@ -43,9 +43,16 @@ class RunError(UsageError):
 def write_json_atomic(path: str, doc: Any) -> None:
     """Write ``doc`` so that a reader sees the old file or the new one, never half."""
     tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=1, default=str)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=1, default=str)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def runs_root(root: str | None = None) -> str:
@@ -237,6 +244,7 @@ class RunState:
         self._rows_timer: threading.Timer | None = None
         self.job: Any = None
         self.on_running: Callable[[dict], None] | None = None
+        self.on_error: Callable[[OSError], None] | None = None
         now = time.time()
         self.doc: dict[str, Any] = {
             "version": VERSION, "run_id": run_id, "name": name, "backend": backend,
@@ -269,9 +277,15 @@ class RunState:
         return new
 
     def update(self, **fields: Any) -> None:
+        """Record ``fields``; a state file that cannot be written (a full disk, the run
+        directory removed) never raises: the next write tries again, ``on_error`` is told."""
         with self._lock:
             self.doc.update(fields)
-            write_json_atomic(self.path, self.doc)
+            try:
+                write_json_atomic(self.path, self.doc)
+            except OSError as e:
+                if self.on_error is not None:
+                    self.on_error(e)
 
     def attach(self, job: Any) -> None:
         """Follow this Job (launcher.job.Job): its task rows go into the state."""

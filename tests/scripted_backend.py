@@ -30,12 +30,17 @@ from launcher.spec import parse_spec
 @dataclass
 class Script:
     """What one start of a task does. ``exit_at``: seconds after its start when it exits
-    with ``status`` by itself (None: it runs until stopped)."""
+    with ``status`` by itself (None: it runs until stopped). ``term_takes``: seconds a
+    SIGTERM takes to end it (TensorFlow's own teardown), then it exits with
+    ``term_status`` (None: killed by SIGTERM) after printing ``term_lines``."""
 
     exit_at: float | None = None
     status: int = 0
     ignores_term: bool = False
     lines: list[str] = field(default_factory=list)
+    term_takes: float = 0.0
+    term_status: int | None = None
+    term_lines: list[str] = field(default_factory=list)
 
 
 class Output:
@@ -44,16 +49,23 @@ class Output:
 
     def __init__(self, lines: list[bytes]):
         self.lines = list(lines)
-        self.exited = threading.Event()
+        self._changed = threading.Condition()
+        self._closed = False
 
     def readline(self) -> bytes:
-        if self.lines:
-            return self.lines.pop(0)
-        self.exited.wait()
-        return b""
+        with self._changed:
+            self._changed.wait_for(lambda: self.lines or self._closed)
+            return self.lines.pop(0) if self.lines else b""
+
+    def add(self, lines: list[bytes]) -> None:
+        with self._changed:
+            self.lines += lines
+            self._changed.notify_all()
 
     def close_at_exit(self) -> None:
-        self.exited.set()
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
 
 
 class ScriptedHandle(TaskHandle):
@@ -64,6 +76,8 @@ class ScriptedHandle(TaskHandle):
         self.started = clock()
         self.ended: int | None = None
         self.signals: list[int] = []
+        self.termed: float | None = None      # when a slow SIGTERM arrived
+        self.signalled_at: float | None = None     # when the first signal came
         self.output = Output([f"{line}\n".encode() for line in script.lines])
 
     def poll(self) -> int | None:
@@ -71,13 +85,24 @@ class ScriptedHandle(TaskHandle):
         if self.ended is None and s.exit_at is not None and \
                 self.clock() - self.started >= s.exit_at:
             self.ended = s.status
+        if self.ended is None and self.termed is not None and \
+                self.clock() - self.termed >= s.term_takes:
+            self.ended = -signal.SIGTERM if s.term_status is None else s.term_status
         if self.ended is not None:
             self.output.close_at_exit()
         return self.ended
 
     def signal(self, sig: int) -> None:
         self.signals.append(sig)
+        if self.signalled_at is None:
+            self.signalled_at = self.clock()
         if self.poll() is not None:
+            return
+        if sig == signal.SIGTERM and self.script.term_takes and not self.script.ignores_term:
+            if self.termed is None:
+                self.termed = self.clock()
+                self.output.add([f"{line}\n".encode() for line in self.script.term_lines])
+            self.poll()
             return
         if sig == signal.SIGKILL or not (sig == signal.SIGTERM and self.script.ignores_term):
             self.ended = -sig

@@ -14,10 +14,11 @@ every call takes the plan (``preflight``, ``describe``, ``submit``) or a task of
 
 from __future__ import annotations
 
+import re
 import signal
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any, ClassVar
+from typing import IO, TYPE_CHECKING, Any, Callable, ClassVar
 
 if TYPE_CHECKING:
     from launcher.plan import JobPlan, Reservation, TaskPlan
@@ -33,10 +34,13 @@ class ProbeResult:
 
 
 class TaskHandle(ABC):
-    """A started task. ``output`` yields its merged stdout/stderr as bytes lines."""
+    """A started task. ``output`` yields its merged stdout/stderr as bytes lines.
+    ``start_failure``: once it ended, the one line saying why its command never ran (the
+    kernel, the remote shell or the engine refused it), else None."""
 
     task: TaskPlan
     output: IO[bytes] | None
+    start_failure: str | None = None
 
     @abstractmethod
     def poll(self) -> int | None:
@@ -57,6 +61,50 @@ class TaskHandle(ABC):
     def pid(self) -> int | None:
         """The local process id behind the handle, when there is one."""
         return None
+
+
+class ExecWatch:
+    """A task's output, whose first lines are read for the one a wrapper prints when the
+    task's own exec failed (setpriv, docker's init, slurmstepd): ``handle.start_failure``
+    is then ``refusal(program, reason)``. Every line is passed on as it came."""
+
+    FIRST_LINES = 3
+
+    def __init__(self, stream: IO[bytes], handle: TaskHandle, pattern: re.Pattern[str],
+                 refusal: Callable[[str, str], str]):
+        self.stream, self.handle, self.pattern, self.refusal = stream, handle, pattern, refusal
+        self.left = self.FIRST_LINES
+
+    def readline(self) -> bytes:
+        raw = self.stream.readline()
+        if self.left and raw:
+            self.left -= 1
+            found = self.pattern.search(raw.decode(errors="replace"))
+            if found:
+                self.handle.start_failure = self.refusal(found["program"], found["reason"])
+                self.left = 0
+        return raw
+
+    def close(self) -> None:
+        self.stream.close()
+
+
+class NotStarted(TaskHandle):
+    """A task whose command was refused at its start: ended at once with the shell's status
+    for it (127 not found, 126 not runnable); ``start_failure`` says why."""
+
+    output = None
+
+    def __init__(self, task: TaskPlan, line: str, status: int):
+        self.task = task
+        self.start_failure = line
+        self.status = status
+
+    def poll(self) -> int | None:
+        return self.status
+
+    def signal(self, sig: int) -> None:
+        pass
 
 
 class Backend(ABC):

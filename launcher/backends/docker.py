@@ -2,7 +2,8 @@
 
 Each task runs as ``docker run --rm --init`` in the foreground: that client is the task's
 local process, its output is the container's, its exit status the container's (128+N, a
-signal, is reported as -N). The container is named ``tfc-RUN_ID-TYPE-INDEX`` and labelled
+signal, is reported as -N). The container is named ``tfc-RUN_ID-TYPE-INDEX`` (restart N of
+the task: ``-rN`` added, once the previous container is gone) and labelled
 ``tfcluster.run=RUN_ID``; ``--init`` puts a small init as PID 1, so SIGTERM reaches the
 task (a process that is PID 1 ignores it) and a ps stops as it does anywhere else. Signals
 go through ``docker kill --signal``. The task's environment travels as ``-e NAME`` (the
@@ -174,7 +175,7 @@ class DockerBackend(Backend):
         self._run_id: str | None = None
         self._reaper: subprocess.Popen | None = None
         self._reaper_pipe = -1
-        self._started: set[str] = set()
+        self._attempts: dict[str, int] = {}     # task name -> its latest start
         self._lock = threading.Lock()
 
     @property
@@ -196,17 +197,20 @@ class DockerBackend(Backend):
         except (OSError, subprocess.TimeoutExpired) as e:
             return subprocess.CompletedProcess(args, 125, "", str(e))
 
-    def container_name(self, task: TaskPlan, kind: str = "") -> str:
-        return f"tfc-{self._run_id_of(task)}-{kind}{task.type}-{task.index}"
+    def container_name(self, task: TaskPlan, kind: str = "", attempt: int = 0) -> str:
+        """``tfc-RUN_ID-TYPE-INDEX``; restart N of the task adds ``-rN``."""
+        again = f"-r{attempt}" if attempt else ""
+        return f"tfc-{self._run_id_of(task)}-{kind}{task.type}-{task.index}{again}"
 
     def _run_id_of(self, task: TaskPlan) -> str:
         return task.env.get("TFCLUSTER_RUN_ID") or self._run_id or "run"
 
-    def run_argv(self, task: TaskPlan, argv: list[str] | None = None, kind: str = "") -> list[str]:
+    def run_argv(self, task: TaskPlan, argv: list[str] | None = None, kind: str = "",
+                 attempt: int = 0) -> list[str]:
         """The exact ``docker run`` line of a task (or of a probe where it would run)."""
         run_id = self._run_id_of(task)
         out = [self.options.docker, "run", "--rm", "--init", "--name",
-               self.container_name(task, kind), "--label", f"{LABEL}={run_id}",
+               self.container_name(task, kind, attempt), "--label", f"{LABEL}={run_id}",
                "--label", f"{TASK_LABEL}={task.name}", "--network", self.options.network]
         if not self.host_network:
             out += ["--hostname", task.host, "--network-alias", task.host]
@@ -324,18 +328,31 @@ class DockerBackend(Backend):
         return ProbeResult(done.returncode, done.stdout.decode(errors="replace"))
 
     def start(self, task: TaskPlan) -> DockerHandle:
+        """A restart gets a container of its own name (``-rN``), once the previous attempt's
+        container is gone: a killed container is still being removed (``--rm``) for a
+        moment, holding its name, its network alias and, on the host network, its port."""
         self._prepare_engine()
-        name = self.container_name(task)
         with self._lock:
-            again = name in self._started
-            self._started.add(name)
-        if again:       # a restart: the old container may still be being removed
-            self.call("rm", "-f", name)
+            attempt = self._attempts.get(task.name, -1) + 1
+            self._attempts[task.name] = attempt
+        if attempt:
+            self.remove(self.container_name(task, attempt=attempt - 1))
+        name = self.container_name(task, attempt=attempt)
         env = task_environ(task)
         proc = subprocess.Popen(
-            dies_with_parent(self.run_argv(task), env), env=env, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+            dies_with_parent(self.run_argv(task, attempt=attempt), env), env=env,
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            start_new_session=True)
         return DockerHandle(task, proc, name, self)
+
+    def remove(self, name: str, timeout: float = CALL_TIMEOUT) -> None:
+        """Remove container ``name`` and wait until the engine no longer knows it."""
+        self.call("rm", "-f", name)
+        deadline = time.monotonic() + timeout
+        while self.call("container", "inspect", "--format", "{{.Id}}", name).returncode == 0 \
+                and time.monotonic() < deadline:
+            time.sleep(0.1)
+            self.call("rm", "-f", name)
 
     def describe(self, plan: JobPlan) -> str | None:
         self._run_id = plan.run_id

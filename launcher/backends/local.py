@@ -7,20 +7,24 @@ A task that ends takes the rest of its process group along.
 from __future__ import annotations
 
 import dataclasses
+import re
 import socket
 import subprocess
 from collections.abc import Iterable
 from typing import Any
 
-from launcher.backends.base import Backend, ProbeResult, TaskHandle
+from launcher.backends.base import Backend, ExecWatch, NotStarted, ProbeResult, TaskHandle
 from launcher.environment import check_local_programs
 from launcher.errors import PreflightError
 from launcher.plan import JobPlan, Reservation, TaskPlan
 from launcher.processes import ProcessHandle, dies_with_parent, free_port, port_taken, task_environ
+from launcher.remote_bootstrap import refusal_in_words, refused_status, start_failure_line
 from launcher.spec import Address
 from launcher.watchdog import Watchdog
 
 LOCALHOST = "localhost"
+# what setpriv (launcher/processes.py: dies_with_parent) says when the task's exec fails
+SETPRIV_FAILED = re.compile(r"^setpriv: failed to execute (?P<program>.+?): (?P<reason>[^:]+)$")
 
 
 def local_names() -> set[str]:
@@ -104,12 +108,23 @@ class LocalBackend(Backend):
         if self._watchdog is None:
             self._watchdog = Watchdog()
         env = task_environ(task)
-        proc = subprocess.Popen(
-            dies_with_parent(task.command, env), env=env, cwd=task.cwd,
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        return ProcessHandle(task, proc, self._watchdog)
+        try:
+            proc = subprocess.Popen(
+                dies_with_parent(task.command, env), env=env, cwd=task.cwd,
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as e:        # the kernel refused the command (the pipe is closed)
+            line = start_failure_line(task.name, task.command, e, task.cwd, env.get("PATH"))
+            return NotStarted(task, line, refused_status(e))
+        handle = ProcessHandle(task, proc, self._watchdog)
+        if handle.output is not None:       # setpriv's words when the task's exec failed
+
+            def refusal(program: str, reason: str) -> str:
+                return refusal_in_words(task.name, task.command, reason, task.cwd,
+                                        env.get("PATH"))
+            handle.output = ExecWatch(handle.output, handle, SETPRIV_FAILED, refusal)
+        return handle
 
     def close(self) -> None:
         if self._watchdog is not None:

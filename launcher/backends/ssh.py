@@ -179,6 +179,7 @@ class SSHHandle(TaskHandle):
         self.remote_pid: int | None = None
         self.running = False                 # its task's description was sent
         self._exit: int | None = None
+        self._said = b""                     # ssh's last line on stderr
         self.timed_out = False               # a question got no answer in time
         self._lock = threading.Lock()        # stdin
         self._asking = threading.Lock()      # one question at a time
@@ -268,7 +269,10 @@ class SSHHandle(TaskHandle):
                         self.remote_pid = status["started"]
                     if "exit" in status:
                         self._exit = status["exit"]
+                    if "refused" in status:
+                        self.start_failure = str(status["refused"])
                     continue
+                self._said = line
                 try:
                     view = memoryview(line)
                     while view:
@@ -284,6 +288,12 @@ class SSHHandle(TaskHandle):
         if code is None:
             return None
         self._relay.join(timeout=5)
+        if self._exit is None and self.remote_pid is None and code in (126, 127) and \
+                self.start_failure is None and self.task is not None:
+            said = self._said.decode(errors="replace").strip() or "no message"
+            self.start_failure = (f"{self.task.name}: cannot start the bootstrap's Python on "
+                                  f"{self.host}: the remote shell said (exit status {code}): "
+                                  f"{said}")
         return self._exit if self._exit is not None else code
 
     def signal(self, sig: int) -> None:
@@ -507,7 +517,7 @@ class SSHBackend(Backend):
                 f"{lines[-1] if lines else 'no output'}")
 
     def _description(self, task: TaskPlan, argv: list[str]) -> dict:
-        return {"argv": argv, "env": task.env, "cwd": task.cwd,
+        return {"task": task.name, "argv": argv, "env": task.env, "cwd": task.cwd,
                 "grace": self.timeouts.get("kill", 5.0), "silence": self.silence}
 
     @property

@@ -6,8 +6,9 @@ key set to DROP is removed), or ``Raw(text)`` written as is, or ``Path(kind)`` f
 path that is not a readable file; ``argv`` are the options after SPEC; ``expected`` is
 the last lines on stderr, with {spec}, {tmp}, {port}, {path} (the launcher's PATH) and
 {resolver} (this machine's resolver's words for an unknown host name) filled in, in
-``argv`` too. {tmp} holds ``a-file`` (not a directory, not executable) and
-``bin/train.sh`` (an executable shell script).
+``argv`` too. {tmp} holds ``a-file`` (not a directory, not executable), ``bin/train.sh``
+(an executable shell script) and ``bin/no-shebang`` (an executable text file without a
+``#!`` line, which the kernel refuses to start).
 """
 
 from __future__ import annotations
@@ -226,6 +227,11 @@ CASES: list[tuple[str, object, list[str], str]] = [
      "({path})"),
     ("role-program-missing", {"roles": {"ps": {"command": ["no-such-ps-server"]}}}, [],
      "launch: error: ps:0: program no-such-ps-server not found on PATH ({path})"),
+    # found and executable, but the kernel would refuse to start it
+    ("program-without-shebang", {"command": ["{tmp}/bin/no-shebang", "--steps", "3"]}, [],
+     "launch: error: ps:0, chief:0, worker:0: program {tmp}/bin/no-shebang: no #! line and "
+     "not a binary: the kernel refuses to start it (add a #! line, or start it with its "
+     "interpreter)"),
     ("workdir-missing", {"workdir": "{tmp}/no-such-dir"}, [],
      "launch: error: ps:0, chief:0, worker:0: working directory {tmp}/no-such-dir does not "
      "exist"),

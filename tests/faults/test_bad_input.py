@@ -92,6 +92,8 @@ def test_bad_input_is_one_clear_error(tmp_path, capsys, case_id, spec, argv, exp
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "train.sh").write_text("#!/bin/sh\nexit 0\n")
     (tmp_path / "bin" / "train.sh").chmod(0o755)
+    (tmp_path / "bin" / "no-shebang").write_text("echo training\n")
+    (tmp_path / "bin" / "no-shebang").chmod(0o755)
     subs = {"tmp": str(tmp_path), "port": str(holder.getsockname()[1]),
             "path": os.environ.get("PATH", os.defpath)}
     if "{resolver}" in expected:   # a name lookup can take seconds here: only when needed
