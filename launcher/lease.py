@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import threading
 import time
@@ -214,9 +215,12 @@ class S3Store(Store):
         try:
             self.fs.pipe_file(self.path, data, mode="create")
             return True
-        except (FileExistsError, OSError) as e:
-            if isinstance(e, FileExistsError) or "PreconditionFailed" in str(e) \
-                    or "412" in str(e):
+        except OSError as e:
+            # s3fs turns 412 Precondition Failed into OSError(EINVAL, "At least one of the
+            # pre-conditions you specified did not hold"); FileExistsError elsewhere
+            said = f"{e} {e.__cause__!r}"
+            if isinstance(e, FileExistsError) or re.search(r"pre-?condition|\b412\b", said,
+                                                           re.I):
                 return False
             raise
 
