@@ -166,11 +166,16 @@ def check_lease(spec, options) -> None:
 
 
 def make_plan(spec, backend, command, run_id: str | None = None):
+    """The plan, with each task's GPUs where the backend already knows its machines' (ssh
+    learns them in its preflight: ``_execute`` places them then). GpuError: over-asked."""
+    from launcher.gpus import place
     from launcher.plan import build_plan
 
-    return build_plan(spec, port_for=backend.allocate_port, place=backend.place,
+    plan = build_plan(spec, port_for=backend.allocate_port, place=backend.place,
                       command=command, run_id=run_id, backend=backend.name,
                       base_env={"TFCLUSTER_RESTART_COUNT": str(backend.attempt())})
+    place(plan, backend.gpu_machines(plan))
+    return plan
 
 
 def public_plan(plan) -> dict[str, Any]:
@@ -185,6 +190,7 @@ def public_plan(plan) -> dict[str, Any]:
 
 
 def render_dry_run(plan, backend, as_json: bool = False, extra: str | None = None) -> str:
+    from launcher.gpus import describe, shown
     from launcher.lease import dry_run_line
 
     doc = public_plan(plan)
@@ -204,9 +210,11 @@ def render_dry_run(plan, backend, as_json: bool = False, extra: str | None = Non
     if marked:
         lines.append("# ports marked 'auto' were picked now and are picked again at start: "
                      "give host:port in the spec to fix them")
+    lines += describe(backend.gpu_machines(plan), backend.places_gpus)
     for t in tasks:
         auto = "  (auto)" if marked and t["auto_port"] else ""
-        lines.append(f"{t['type']}:{t['index']}  {t['host']}:{t['port']}{auto}")
+        gpus = f"  gpus {shown(t['gpus'])}" if t["gpus"] is not None else ""
+        lines.append(f"{t['type']}:{t['index']}  {t['host']}:{t['port']}{auto}{gpus}")
         for key, value in t["env"].items():
             lines.append(f"  {key}={shlex.quote(value)}")
         lines.append(f"  command: {shlex.join(t['command'])}")
@@ -225,7 +233,7 @@ def default_run_dir(spec, run_id: str) -> str:
 
 def task_rows(runs) -> list[dict[str, Any]]:
     """One row per task, as summary.json keeps them (and ``status``, the exit in words)."""
-    return [{"task": r.name, "address": r.task.address, "exit": r.status,
+    return [{"task": r.name, "address": r.task.address, "gpus": r.task.gpus, "exit": r.status,
              "status": r.status_text(), "stopped": r.stopped, "restarts": r.restarts,
              "duration": round(r.duration(), 3), "log": r.log_path} for r in runs]
 
@@ -316,12 +324,14 @@ def _execute(spec, backend, plan, command, args, run_dir, events, state,
              console, leases: list) -> RunResult:
     """Preflight, run (new ports and again when a task lost its port to a race), then the
     closing summary; the backend is closed whatever happens."""
+    from launcher.gpus import place
     from launcher.job import Job, PortConflict
     from launcher.output.summary import closing_lines, summary_doc, summary_table, verdict
     from orchestrator.roles import TRAINERS
 
     try:
         backend.preflight(plan)
+        place(plan, backend.gpu_machines(plan))
         from launcher.storage_check import preflight_model_dir
         if preflight_model_dir(plan, backend, args.retrain, console, events):
             return RunResult(0, "model_dir already holds a checkpoint at max_steps", run_dir,

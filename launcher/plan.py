@@ -42,6 +42,9 @@ class TaskPlan:
     # the spec's own variables of this task, as written (Kubernetes puts them last in the
     # pod, for the kubelet to expand their $(VAR))
     raw_env: dict[str, str] = field(default_factory=dict)
+    # the GPUs the launcher gave the task (CUDA_VISIBLE_DEVICES; [] none: CPU), None where
+    # it places none (no GPU on the host, or the engine binds them): launcher/gpus.py
+    gpus: list[str] | None = None
 
     @property
     def name(self) -> str:
@@ -55,7 +58,7 @@ class TaskPlan:
     def to_dict(self) -> dict:
         return {"type": self.type, "index": self.index, "host": self.host, "port": self.port,
                 "command": self.command, "env": self.env, "cwd": self.cwd,
-                "auto_port": self.auto_port, "resources": self.resources}
+                "auto_port": self.auto_port, "resources": self.resources, "gpus": self.gpus}
 
 
 @dataclass

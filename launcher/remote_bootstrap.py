@@ -5,8 +5,9 @@ Plain standard library, Python 3.6+; no shell ever sees the task's arguments or 
 The ssh backend runs ``PYTHON -c STUB`` (``STUB`` below) and writes to its stdin:
 
 1. this file's source, as one JSON string (the stub reads it and runs it);
-2. JSON messages, one a line: ``{"nonce", "check": [...]}`` checks programs and working
-   directories (preflight) and ``{"nonce", "probe": {"argv", "env", "cwd", "timeout"}}``
+2. JSON messages, one a line: ``{"nonce", "check": [...], "gpu_query"}`` checks programs
+   and working directories and asks nvidia-smi for the host's GPUs (preflight) and
+   ``{"nonce", "probe": {"argv", "env", "cwd", "timeout"}}``
    runs a short command; each is answered by one JSON line on stdout. Then
    ``{"nonce", "argv", "env", "cwd", "grace"}`` runs the task, the last message;
 3. then control lines, each a signal number for the task's process group (``0``: only a
@@ -309,9 +310,24 @@ def port_taken(port):
     return False
 
 
-def check(nonce, items):
+def query_gpus(query, path):
+    """This host's answer to the launcher's nvidia-smi query (launcher/gpus.py), or None
+    where nvidia-smi is not on ``path``."""
+    program = shutil.which(query[0], path=path)
+    if program is None:
+        return None
+    try:
+        done = subprocess.run([program] + query[1:], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return {"status": 124, "output": str(e)}
+    return {"status": done.returncode, "output": done.stdout.decode("utf-8", "replace")[-65536:]}
+
+
+def check(nonce, items, gpu_query=None):
     """Preflight: every task's working directory, program and port given in the spec, as
-    one JSON line."""
+    one JSON line; with ``gpu_query``, also nvidia-smi's answer to it (on the first task's
+    PATH)."""
     problems = []
     for item in items:
         if item.get("port") and port_taken(item["port"]):
@@ -326,7 +342,11 @@ def check(nonce, items):
         problem = program_problem(program, cwd, path)
         if problem:
             problems.append(f"{item['task']}: {problem}")
-    print(json.dumps({"nonce": nonce, "host": socket.gethostname(), "problems": problems}))
+    answer = {"nonce": nonce, "host": socket.gethostname(), "problems": problems}
+    if gpu_query:
+        path = (items[0].get("path") if items else None) or os.environ.get("PATH", os.defpath)
+        answer["gpus"] = query_gpus(gpu_query, path)
+    print(json.dumps(answer))
     sys.stdout.flush()
 
 
@@ -392,7 +412,7 @@ def main():
             return 0      # the launcher ran no task here
         desc = json.loads(line)
         if "check" in desc:
-            check(desc["nonce"], desc["check"])
+            check(desc["nonce"], desc["check"], desc.get("gpu_query"))
         elif "probe" in desc:
             probe(desc["nonce"], desc["probe"])
         else:

@@ -15,7 +15,7 @@ import sys
 import time
 from typing import IO
 
-from launcher.output.summary import rows_table
+from launcher.output.summary import rows_table, with_gpus
 from launcher.runs import (
     CANCEL_FILE,
     LIVE,
@@ -97,7 +97,8 @@ def task_table(state: dict, run_dir: str, now: str | None = None) -> str:
             shown = "still running (orphan)" if alive else "gone"
         rows.append((t["task"], t["address"], shown, f"{secs:.1f}s", str(t.get("restarts") or 0),
                      os.path.join(run_dir, t["log"]) if t["log"] != "-" else "-"))
-    return rows_table(rows) if rows else "(no task started yet)"
+    gpus = [t.get("gpus") for t in state.get("tasks", [])]
+    return rows_table(*with_gpus(rows, gpus)) if rows else "(no task started yet)"
 
 
 # ---------------------------------------------------------------------- list

@@ -297,7 +297,7 @@ class RunState:
             return []
         rows = []
         for run in self.job.runs:
-            rows.append({"task": run.name, "address": run.task.address,
+            rows.append({"task": run.name, "address": run.task.address, "gpus": run.task.gpus,
                          "state": run.status_text(), "exit": run.status,
                          "stopped": run.stopped, "restarts": run.restarts,
                          "pid": run.handle.pid if run.handle is not None else None,

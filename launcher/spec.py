@@ -40,7 +40,8 @@ TIMEOUT_DEFAULTS = {
     "unresponsive": 30.0,  # a task whose TF server stops answering gRPC this long is lost
 }
 RESTART_POLICIES = ("never", "on-failure", "always")
-RESOURCE_KEYS = ("cpus", "memory", "gpus", "partition", "time")
+RESOURCE_KEYS = ("cpus", "memory", "gpus", "devices", "gpu_share", "partition", "time")
+_DEVICE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9/-]*$")   # an index or a UUID (GPU-..., MIG-...)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _HOST_RE = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?$")
 
@@ -347,6 +348,10 @@ def _parse_env(raw: Any, where: str) -> dict[str, str]:
             raise _fail(f"{where}.{key}", "is not a valid environment variable name")
         if key == "TF_CONFIG" or key.startswith("TFCLUSTER_"):
             raise _fail(f"{where}.{key}", "is set by tfcluster for every task; do not set it")
+        if key == "CUDA_VISIBLE_DEVICES":
+            raise _fail(f"{where}.{key}", "is set by tfcluster for every task from its "
+                                          "resources: give resources.ROLE.gpus or .devices "
+                                          "(docs/gpus.md)")
         env[key] = expect_str(value, f"{where}.{key}", allow_empty=True)
     return env
 
@@ -413,8 +418,52 @@ def _parse_resources(raw: Any) -> dict[str, dict[str, Any]]:
         if "memory" in clean and not re.match(r"^\d+(\.\d+)?([KMGT]i?)?$", clean["memory"]):
             raise _fail(f"{where}.memory", f"must look like '4G', '512M' or '2Gi', got "
                                            f"{clean['memory']!r}")
+        if "gpu_share" in res:
+            clean["gpu_share"] = expect_bool(res["gpu_share"], f"{where}.gpu_share")
+        if "devices" in res:
+            if role == "default":
+                raise _fail(f"{where}.devices", "names each task's GPUs: give it per role "
+                                                "(resources.worker.devices)")
+            if "gpus" in res:
+                raise _fail(f"{where}.devices", "give gpus (a count) or devices (each "
+                                                "task's GPUs), not both")
+            clean["devices"] = _parse_devices(res["devices"], f"{where}.devices")
         out[role] = clean
     return out
+
+
+def _parse_devices(raw: Any, where: str) -> list[str]:
+    """resources.ROLE.devices: one entry per task of the role, as CUDA_VISIBLE_DEVICES
+    writes it: "0", "0,1", a UUID, or "" (no GPU)."""
+    if not isinstance(raw, list) or not raw:
+        raise _fail(where, "must be a list with one entry per task of the role (\"0,1\", "
+                           "a GPU UUID, or \"\" for none)")
+    out = []
+    for i, entry in enumerate(raw):
+        if isinstance(entry, int) and not isinstance(entry, bool) and entry >= 0:
+            entry = str(entry)
+        text = expect_str(entry, f"{where}[{i}]", allow_empty=True)
+        names = [d.strip() for d in text.split(",")] if text.strip() else []
+        for d in names:
+            if not _DEVICE_RE.match(d):
+                raise _fail(f"{where}[{i}]", f"{d!r} is not a GPU index or UUID")
+        if len(set(names)) != len(names):
+            raise _fail(f"{where}[{i}]", f"names a GPU twice: {text!r}")
+        out.append(",".join(names))
+    return out
+
+
+def _check_devices(resources: dict[str, dict[str, Any]], cluster: dict[str, list[Address]],
+                   evaluator: Address | None) -> None:
+    """resources.ROLE.devices has one entry per task of the role."""
+    for role, res in resources.items():
+        if "devices" not in res:
+            continue
+        n = len(cluster.get(role, [])) if role != "evaluator" else int(evaluator is not None)
+        if len(res["devices"]) != n:
+            raise _fail(f"resources.{role}.devices", f"has {len(res['devices'])} entries for "
+                                                     f"{n} {role} task{'s' if n != 1 else ''}"
+                                                     ": give one per task")
 
 
 def validate(raw: Any, source: str | None = None) -> Spec:
@@ -490,6 +539,9 @@ def validate(raw: Any, source: str | None = None) -> Spec:
         if timeouts["poll"] <= 0:
             raise _fail("timeouts.poll", "must be greater than 0")
 
+    resources = _parse_resources(spec_obj["resources"]) if "resources" in spec_obj else {}
+    _check_devices(resources, cluster, evaluator)
+
     backend_options = {}
     for section in backends:
         if section in spec_obj:
@@ -512,7 +564,7 @@ def validate(raw: Any, source: str | None = None) -> Spec:
         run_dir=expect_str(spec_obj["run_dir"], "run_dir") if "run_dir" in spec_obj else None,
         timeouts=timeouts,
         restart=_parse_restart(spec_obj["restart"]) if "restart" in spec_obj else {},
-        resources=_parse_resources(spec_obj["resources"]) if "resources" in spec_obj else {},
+        resources=resources,
         check_storage=expect_bool(spec_obj.get("check_storage", True), "check_storage"),
         tf_config_model_dir=expect_bool(spec_obj.get("tf_config_model_dir", True),
                                         "tf_config_model_dir"),

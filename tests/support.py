@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 PY_TF215 = str(REPO / ".venv" / "bin" / "python")     # TensorFlow 2.15, Estimator
 PY_TF221 = str(REPO / ".venv-tf2" / "bin" / "python")  # TensorFlow 2.21, PSS / MWMS
 SESSION_MARK = "TFCLUSTER_TEST_SESSION"
+FAKE_NVIDIA_SMI = REPO / "tests" / "fake_gpu" / "nvidia-smi"
 
 # Every process a test starts inherits this mark, so leftovers can be found exactly.
 os.environ.setdefault(SESSION_MARK, uuid.uuid4().hex)
@@ -225,3 +226,18 @@ def check_cancelled(tmp_path: Path, run_id: str, env: dict, trainers: list[str])
     lines = (tmp_path / "runs" / run_id / "events.jsonl").read_text().splitlines()
     stops = [sorted(e["tasks"]) for e in map(json.loads, lines) if e["event"] == "stopping"]
     assert stops == [sorted(trainers), ["ps:0"]], stops
+
+
+def fake_gpus(where: Path, counts: int | dict[str, int]) -> str:
+    """A folder to put first on PATH (here, or in a task's env for ssh hosts) whose
+    ``nvidia-smi`` is the stand-in (tests/fake_gpu/nvidia-smi) answering for ``counts``
+    devices: one number for every host, or a count per host name."""
+    folder = where / "fake-gpu-bin"
+    folder.mkdir(exist_ok=True)
+    lines = [str(counts)] if isinstance(counts, int) else [f"{h} {n}" for h, n in counts.items()]
+    (folder / "counts").write_text("\n".join(lines) + "\n")
+    wrapper = folder / "nvidia-smi"
+    wrapper.write_text(f"#!/bin/sh\nFAKE_GPUS_FILE={folder / 'counts'} "
+                       f"exec {sys.executable} {FAKE_NVIDIA_SMI} \"$@\"\n")
+    wrapper.chmod(0o755)
+    return str(folder)

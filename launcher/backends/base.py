@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, Callable, ClassVar
 
 if TYPE_CHECKING:
+    from launcher.gpus import Machine
     from launcher.plan import JobPlan, Reservation, TaskPlan
     from launcher.spec import Address
 
@@ -127,6 +128,9 @@ class Backend(ABC):
     # True when ``--detach`` hands the whole job to the engine (``submit``); False: the
     # launcher goes on as a daemon on this machine.
     detached_by_engine: ClassVar[bool] = False
+    # The launcher gives each task its GPUs (CUDA_VISIBLE_DEVICES, launcher/gpus.py): the
+    # backends that start processes themselves. Slurm and Kubernetes bind devices.
+    places_gpus: ClassVar[bool] = False
 
     def __init__(self, options: Any = None):
         self.options = options
@@ -165,6 +169,16 @@ class Backend(ABC):
         """Check every host before anything starts; raise PreflightError naming each one
         that failed. Nothing may be left running. The run's plan: a backend keeps what
         ``start`` needs of it (its timeouts)."""
+
+    def gpu_machines(self, plan: JobPlan) -> list[Machine] | None:
+        """Where ``places_gpus``: each machine the plan's tasks run on, with its GPUs
+        (launcher/gpus.py); None while they are not known (ssh before its preflight).
+        By default every task runs on this machine, whose nvidia-smi is asked."""
+        if not self.places_gpus:
+            return None
+        from launcher.gpus import machines_here
+
+        return machines_here(plan)
 
     def probe(self, task: TaskPlan, argv: list[str], timeout: float) -> ProbeResult:
         """Run a short command where ``task`` would run, with its environment."""

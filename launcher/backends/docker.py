@@ -39,6 +39,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from launcher import gpus
 from launcher.backends.base import Backend, ProbeResult, TaskHandle
 from launcher.backends.options import option
 from launcher.errors import PreflightError, SpecError
@@ -166,6 +167,7 @@ class DockerBackend(Backend):
 
     name = "docker"
     OPTIONS = DockerOptions
+    places_gpus = True
     options: DockerOptions
 
     def __init__(self, options: DockerOptions | None = None):
@@ -219,8 +221,10 @@ class DockerBackend(Backend):
         if task.cwd:
             out += ["--workdir", task.cwd]
         out += self._resources(task)
-        for key in task.env:
-            out += ["--env", key]
+        devices, inside = gpus.docker_args(task)    # launcher/gpus.py: --gpus, their env
+        out += devices
+        out += [a for key in task.env if key not in inside for a in ("--env", key)]
+        out += [a for key, value in inside.items() for a in ("--env", f"{key}={value}")]
         return out + [self.options.image, *(argv if argv is not None else task.command)]
 
     @staticmethod
@@ -255,6 +259,11 @@ class DockerBackend(Backend):
             where = os.environ.get("DOCKER_HOST", "the default socket")
             raise PreflightError(f"docker: cannot reach the Docker engine at {where}: "
                                  f"{_last_line(version.stderr)}")
+        if any(t.gpus for t in plan.tasks):
+            runtimes = self.call("info", "--format", "{{json .Runtimes}}").stdout
+            problem = gpus.docker_runtime_problem(runtimes, plan.tasks)
+            if problem:
+                raise PreflightError(problem)
         if self.call("image", "inspect", self.options.image).returncode != 0:
             raise PreflightError(
                 f"docker.image: {self.options.image!r} is not on the engine (build it: docker "

@@ -31,7 +31,7 @@ from typing import IO, Any
 
 import psutil
 
-from launcher import remote_bootstrap
+from launcher import gpus, remote_bootstrap
 from launcher.backends.base import Backend, ProbeResult, TaskHandle
 from launcher.backends.options import option
 from launcher.backends.options import parse as parse_section
@@ -341,6 +341,7 @@ class SSHBackend(Backend):
 
     name = "ssh"
     OPTIONS = SSHOptions
+    places_gpus = True
 
     def __init__(self, options: SSHOptions | None = None):
         super().__init__(options if options is not None else SSHOptions())
@@ -353,6 +354,7 @@ class SSHBackend(Backend):
         self._sessions: dict[str, list[SSHHandle]] = {}   # live sessions through a master
         self._idle: dict[str, SSHHandle] = {}             # checked, waiting for a task
         self._running: list[SSHHandle] = []               # sessions that run a task
+        self._gpu_answers: dict[str, Any] | None = None   # host -> nvidia-smi's, preflight
         self._heart: threading.Thread | None = None
         self._closed = threading.Event()
         self._lock = threading.Lock()
@@ -494,9 +496,13 @@ class SSHBackend(Backend):
         items = [{"task": t.name, "program": t.command[0], "cwd": t.cwd,
                   "path": t.env.get("PATH"), "port": None if t.auto_port else t.port}
                  for t in tasks]
-        reply = session.ask({"check": items}, max(1.0, deadline - time.monotonic()))
+        reply = session.ask({"check": items, "gpu_query": gpus.QUERY},
+                            max(1.0, deadline - time.monotonic()))
         answer, other = reply or (None, [])
         if answer is not None:
+            with self._lock:
+                self._gpu_answers = {**(self._gpu_answers or {}), tasks[0].host:
+                                     answer.get("gpus")}
             return "; ".join(answer["problems"]) or None
         if session.timed_out:
             return "no answer to the check in time (timeouts.start)"
@@ -515,6 +521,12 @@ class SSHBackend(Backend):
         lines = [ln for ln in other if ln.strip()]
         return (f"the check did not run (exit status {status}): "
                 f"{lines[-1] if lines else 'no output'}")
+
+    def gpu_machines(self, plan: JobPlan) -> list[gpus.Machine] | None:
+        """Each host's GPUs, as its preflight check found them (None before it ran)."""
+        if self._gpu_answers is None:
+            return None
+        return gpus.machines_by_host(plan, self._gpu_answers)
 
     def _description(self, task: TaskPlan, argv: list[str]) -> dict:
         return {"task": task.name, "argv": argv, "env": task.env, "cwd": task.cwd,

@@ -33,10 +33,23 @@ HEADER = ("task", "address", "exit", "duration", "restarts", "log")
 
 
 def summary_table(runs: list[TaskRun]) -> str:
-    """task, address, exit status, duration, log file: one row per task."""
-    return rows_table([(run.name, run.task.address, run.status_text(),
-                        f"{run.duration():.1f}s", str(run.restarts), run.log_path)
-                       for run in runs])
+    """task, address, exit status, duration, log file: one row per task (and each task's
+    GPUs where the launcher placed any)."""
+    rows = [(run.name, run.task.address, run.status_text(), f"{run.duration():.1f}s",
+             str(run.restarts), run.log_path) for run in runs]
+    return rows_table(*with_gpus(rows, [run.task.gpus for run in runs]))
+
+
+def with_gpus(rows: list[tuple[str, ...]], gpus: list[list[str] | None],
+              header: tuple[str, ...] = HEADER) -> tuple[list[tuple[str, ...]], tuple[str, ...]]:
+    """The rows and header with a ``gpus`` column after the address, where any task has
+    GPUs placed by the launcher (launcher/gpus.py); else as they are."""
+    from launcher.gpus import shown
+
+    if all(g is None for g in gpus):
+        return rows, header
+    return ([(*r[:2], shown(g), *r[2:]) for r, g in zip(rows, gpus)],
+            (*header[:2], "gpus", *header[2:]))
 
 
 def rows_table(rows: list[tuple[str, ...]], header: tuple[str, ...] = HEADER) -> str:

@@ -43,6 +43,13 @@ def test_example_specs_pass_schema_and_parser(path):
     {"cluster": {"worker": 1}, "model_dir": "m", "roles": {"worker": {"command": []}}},
     {"cluster": {"worker": 1}, "model_dir": "m",
      "roles": {"worker": {"env": {"TFCLUSTER_TASK_TYPE": "x"}}}},
+    {"cluster": {"worker": 1}, "model_dir": "m", "env": {"CUDA_VISIBLE_DEVICES": "0"}},
+    {"cluster": {"worker": 2}, "model_dir": "m",
+     "resources": {"worker": {"gpus": 1, "devices": ["0", "1"]}}},
+    {"cluster": {"worker": 2}, "model_dir": "m", "resources": {"default": {"devices": ["0"]}}},
+    {"cluster": {"worker": 2}, "model_dir": "m", "resources": {"worker": {"devices": []}}},
+    {"cluster": {"worker": 2}, "model_dir": "m", "resources": {"worker": {"devices": ["0;1"]}}},
+    {"cluster": {"worker": 2}, "model_dir": "m", "resources": {"worker": {"gpu_share": 1}}},
 ])
 def test_schema_and_parser_both_refuse(doc):
     assert not VALIDATOR.is_valid(doc)
@@ -77,3 +84,13 @@ def test_schema_and_parser_both_take_roles():
     assert spec.command_for("ps") == ["python", "ps.py", "--job_name=$(TFCLUSTER_TASK_TYPE)"]
     assert spec.command_for("worker") == ["python", "t.py"]
     assert spec.workdir_for("ps") == "/srv" and spec.workdir_for("worker") is None
+
+
+def test_schema_and_parser_both_take_gpu_resources():
+    doc = {"cluster": {"worker": 2, "ps": 1}, "model_dir": "m", "command": ["python", "t.py"],
+           "resources": {"default": {"gpus": 1, "gpu_share": True},
+                         "worker": {"devices": ["0,1", "GPU-8f6a"]}, "ps": {"gpus": 0}}}
+    VALIDATOR.validate(doc)
+    spec = parse_spec(json.dumps(doc))
+    assert spec.resources["worker"]["devices"] == ["0,1", "GPU-8f6a"]
+    assert spec.resources["default"] == {"gpus": 1, "gpu_share": True}
