@@ -1,0 +1,42 @@
+"""A real TensorFlow task that reports the devices it was given (tests/gpus).
+
+Every start prints its CUDA_VISIBLE_DEVICES and the GPUs TensorFlow sees, and writes them
+to $GPU_REPORTS/<type>-<index>.<start>.json. The ps runs TensorFlow's own server (the
+launcher's probe gets its answer); worker:1 kills itself (SIGKILL) at its first start; the
+chief exits 0 once worker:1 started twice; the others wait to be stopped.
+"""
+
+import glob
+import json
+import os
+import signal
+import socket
+import time
+
+import tensorflow as tf
+
+config = json.loads(os.environ["TF_CONFIG"])
+kind, index = config["task"]["type"], config["task"]["index"]
+reports = os.environ["GPU_REPORTS"]
+start = len(glob.glob(os.path.join(reports, f"{kind}-{index}.*.json")))
+seen = {"task": f"{kind}:{index}", "start": start, "host": socket.gethostname(),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "tf_gpus": len(tf.config.list_physical_devices("GPU")),
+        "restart_count": os.environ.get("TFCLUSTER_RESTART_COUNT")}
+with open(os.path.join(reports, f"{kind}-{index}.{start}.json"), "w") as f:
+    json.dump(seen, f)
+print(f"{kind}:{index} start {start}: CUDA_VISIBLE_DEVICES="
+      f"{seen['cuda_visible_devices']!r}, TensorFlow sees {seen['tf_gpus']} GPUs", flush=True)
+
+if kind == "ps":
+    server = tf.distribute.Server(tf.train.ClusterSpec(config["cluster"]), job_name="ps",
+                                  task_index=index, protocol="grpc", start=True)
+    server.join()
+if kind == "worker" and index == 1 and start == 0:
+    os.kill(os.getpid(), signal.SIGKILL)
+if kind == "chief":
+    while len(glob.glob(os.path.join(reports, "worker-1.*.json"))) < 2:
+        time.sleep(0.2)
+    raise SystemExit(0)
+while True:
+    time.sleep(1)
