@@ -33,10 +33,10 @@ def test_local_tasks_get_disjoint_devices_and_keep_them_across_a_restart(tmp_pat
         "command": [PY_TF215, JOB],
         "model_dir": str(tmp_path / "model"), "run_dir": str(tmp_path / "runs"),
         "max_steps": 10, "env": {"GPU_REPORTS": str(folder)},
-        "timeouts": {"kill": 3, "finish": 3},
+        "timeouts": {"kill": 3, "finish": 3, "start": 240},   # 2 shared cores: TF imports slowly
         "restart": {"worker": {"policy": "on-failure", "max_restarts": 1, "backoff": 0.2}}}))
     env = {"PATH": f"{fake_gpus(tmp_path, 4)}:{os.environ['PATH']}"}
-    done = run_launch(str(spec), env=env, timeout=240)
+    done = run_launch(str(spec), env=env, timeout=400)
     assert done.returncode == 0, done.stderr
     seen = reports(folder)
     visible = {task: [r["cuda_visible_devices"] for r in runs] for task, runs in seen.items()}

@@ -24,8 +24,8 @@ def test_each_host_gives_its_own_gpus_to_its_tasks(hosts, tmp_path):
                       env={"GPU_REPORTS": str(reports), "PATH": path},
                       restart={"worker": {"policy": "on-failure", "max_restarts": 1,
                                           "backoff": 0.2}},
-                      timeouts={"kill": 3, "finish": 5, "start": 60})
-    done = run_launch(str(spec), timeout=240)
+                      timeouts={"kill": 3, "finish": 5, "start": 240})
+    done = run_launch(str(spec), timeout=400)
     assert done.returncode == 0, done.stderr[-3000:]
     seen: dict[str, list[tuple[str, str]]] = {}
     for report in sorted(reports.glob("*.json")):
