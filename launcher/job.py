@@ -48,6 +48,7 @@ from launcher.ending import TaskView, TrainingView, end_step
 from launcher.events import EventLog
 from launcher.output.console import Console
 from launcher.output.noise import latest_state
+from launcher.output.task_output import pump
 from launcher.plan import JobPlan, TaskPlan
 from launcher.restarts import RestartBook
 from launcher.signals import catch, restore
@@ -252,17 +253,19 @@ class Job:
         run.pump.start()
 
     def _pump(self, run: TaskRun, handle: TaskHandle, log) -> None:
+        def raw(data: bytes) -> None:
+            log.write(data)
+            log.flush()
+
+        def line(text: str, partial: bool) -> None:
+            if not partial:     # a bar being redrawn is shown, its whole line kept
+                run.tail.append(latest_state(text))
+            run.last_output = self.clock()
+            self.console.task_line(run.name, text)
+
         try:
-            stream = handle.output
-            if stream is None:
-                return
-            for raw in iter(stream.readline, b""):
-                log.write(raw)
-                log.flush()
-                line = raw.decode(errors="replace").rstrip("\r\n")
-                run.tail.append(latest_state(line))    # a redrawn bar: its last state
-                run.last_output = self.clock()
-                self.console.task_line(run.name, line)
+            if handle.output is not None:
+                pump(handle.output, raw, line, self.clock)
         except (OSError, ValueError):
             pass
         finally:
