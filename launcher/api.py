@@ -277,7 +277,7 @@ def execute(spec, backend, plan, command, args, on_running=None, console=None) -
     return result
 
 
-def _take_lease(plan, args, run_dir: str, console, events, state):
+def _take_lease(plan, backend, args, run_dir: str, console, events, state):
     """model_dir's lease for this run, heartbeat running (launcher/lease.py); a run that
     loses it to a --force says so."""
     from launcher.lease import acquire
@@ -288,7 +288,7 @@ def _take_lease(plan, args, run_dir: str, console, events, state):
         events.write("lease_lost", run_id=holder.run_id, host=holder.host)
 
     lease = acquire(plan.storage, plan.run_id, run_dir, getattr(args, "force", False),
-                    warn=console.info)
+                    warn=console.info, slurm_job=backend.run_handle().get("slurm_job") or "")
     lease.start_heartbeat(on_lost=lost)
     events.write("lease_taken", file=lease.describe()["file"])
     state.update(lease=lease.describe())
@@ -336,7 +336,7 @@ def _execute(spec, backend, plan, command, args, run_dir, events, state,
         if preflight_model_dir(plan, backend, args.retrain, console, events):
             return RunResult(0, "model_dir already holds a checkpoint at max_steps", run_dir,
                              run_id=plan.run_id)
-        leases.append(_take_lease(plan, args, run_dir, console, events, state))
+        leases.append(_take_lease(plan, backend, args, run_dir, console, events, state))
         write_plan(run_dir, plan)
         for attempt in range(MAX_PORT_RETRIES + 1):
             job = Job(plan, backend, run_dir, console, events=events)

@@ -16,7 +16,8 @@ requeue) renews its own lease, and a requeued run keeps it while it waits.
 - **Heartbeat**: the launcher rewrites the lease every ``HEARTBEAT_EVERY`` (30 s). A lease
   whose heartbeat is older than ``STALE_AFTER`` (3 heartbeats, 90 s) is taken to be left
   by a launcher that is gone, as is one whose launcher pid is dead on this host. Hosts'
-  clocks must agree within that bound.
+  clocks must agree within that bound. A run whose Slurm job Slurm still holds (a
+  requeued job waiting in the queue) keeps its lease however old its heartbeat.
 - **Refusal**: a second run on a held model_dir is refused in one line that names the run
   holding it, its host and how to follow it (exit 2, nothing started). ``--force`` takes
   over a lease whose holder cannot be proven gone, with a warning; two takers racing for a
@@ -58,15 +59,16 @@ class Holder:
     heartbeat: float
     pid_started: float | None = None     # the launcher's process start (pid reuse)
     run_dir: str = ""
+    slurm_job: str = ""                  # the run's Slurm job: it holds while Slurm has it
 
     @classmethod
-    def me(cls, run_id: str, run_dir: str = "") -> Holder:
+    def me(cls, run_id: str, run_dir: str = "", slurm_job: str = "") -> Holder:
         """This launcher process as the holder of ``run_id``."""
         from launcher.runs import process_started
 
         now = time.time()
         return cls(run_id, socket.gethostname(), os.getpid(), now, now,
-                   process_started(os.getpid()), run_dir)
+                   process_started(os.getpid()), run_dir, slurm_job)
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), indent=1).encode()
@@ -87,7 +89,7 @@ class Holder:
             return cls(str(doc["run_id"]), str(doc["host"]), int(doc["pid"]),
                        float(doc["started"]), float(doc["heartbeat"]),
                        None if doc.get("pid_started") is None else float(doc["pid_started"]),
-                       str(doc.get("run_dir") or ""))
+                       str(doc.get("run_dir") or ""), str(doc.get("slurm_job") or ""))
         except (TypeError, ValueError) as e:
             raise ValueError(f"a field of the wrong type ({e})") from None
 
@@ -98,9 +100,12 @@ class Holder:
 def gone(holder: Holder, now: float, host: str | None = None) -> str | None:
     """Why the holder is provably gone, or None when it may still run: its launcher pid is
     dead on this host (or is another process now), or its heartbeat is older than
-    STALE_AFTER."""
+    STALE_AFTER. A run whose Slurm job Slurm still holds (queued, requeued, running) is
+    not gone, whatever its launcher and heartbeat."""
     from launcher.runs import process_started
 
+    if holder.slurm_job and slurm_holds(holder.slurm_job):
+        return None
     host = host or socket.gethostname()
     if holder.host == host:
         started = process_started(holder.pid)
@@ -112,6 +117,13 @@ def gone(holder: Holder, now: float, host: str | None = None) -> str | None:
         return (f"its last heartbeat is {age:.0f}s old (a live launcher beats every "
                 f"{HEARTBEAT_EVERY:.0f}s; the bound is {STALE_AFTER:.0f}s)")
     return None
+
+
+def slurm_holds(job: str) -> bool:
+    """Slurm still has the job (pending, requeued, running); False when it cannot tell."""
+    from launcher.backends.slurm import LIVE_STATES, job_state
+
+    return job_state(job) in LIVE_STATES
 
 
 def follow_command(holder: Holder) -> str:
@@ -394,12 +406,12 @@ class Lease:
 
 
 def acquire(storage, run_id: str, run_dir: str = "", force: bool = False,
-            warn: Callable[[str], None] = lambda _m: None) -> Lease:
+            warn: Callable[[str], None] = lambda _m: None, slurm_job: str = "") -> Lease:
     """Take the lease of model_dir for ``run_id`` (see the module docstring); LeaseError
     (one line) when another live run holds it and ``force`` is not given, or when the
     storage refuses the lease."""
     try:
-        return _acquire(storage, run_id, run_dir, force, warn)
+        return _acquire(storage, run_id, run_dir, force, warn, slurm_job)
     except LeaseError:
         raise
     except Exception as e:  # noqa: BLE001 - any store's error, in one line
@@ -408,9 +420,9 @@ def acquire(storage, run_id: str, run_dir: str = "", force: bool = False,
 
 
 def _acquire(storage, run_id: str, run_dir: str, force: bool,
-             warn: Callable[[str], None]) -> Lease:
+             warn: Callable[[str], None], slurm_job: str) -> Lease:
     store = store_for(storage)
-    me = Holder.me(run_id, os.path.abspath(run_dir) if run_dir else "")
+    me = Holder.me(run_id, os.path.abspath(run_dir) if run_dir else "", slurm_job)
     for _ in range(5):
         if store.create(me.to_json()):
             return Lease(store, me, storage.url)

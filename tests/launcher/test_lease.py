@@ -180,3 +180,15 @@ def test_dry_run_says_what_launch_would_do(model_dir):
     assert leases.dry_run_line(model_dir, "run-b").endswith("is gone: it would be taken over")
     write_lease(model_dir, run_id="run-b")
     assert "it is renewed" in leases.dry_run_line(model_dir, "run-b")
+
+
+def test_a_run_slurm_still_holds_keeps_its_lease(model_dir, monkeypatch):
+    """A requeued Slurm job waits in the queue: its launcher is gone and its heartbeat old,
+    but Slurm still has the job, so the lease is not taken; once Slurm lets go, it is."""
+    write_lease(model_dir, pid=dead_pid(), heartbeat=time.time() - STALE_AFTER - 60,
+                slurm_job="42")
+    monkeypatch.setattr(leases, "slurm_holds", lambda job: job == "42")
+    with pytest.raises(LeaseError, match="in use by run other-run"):
+        acquire(model_dir, "run-b")
+    monkeypatch.setattr(leases, "slurm_holds", lambda job: False)
+    acquire(model_dir, "run-b").release()

@@ -18,6 +18,7 @@ from support import PY_TF215, REPO, launched, run_launch, state_of, tfcluster_ta
 from test_slurm_backend import released, squeue, write_spec
 
 from launcher.backends.slurm import LIVE_STATES, job_state
+from launcher.lease import LEASE_FILE
 
 FAULT_JOB = str(REPO / "tests" / "faults" / "jobs" / "estimator_job.py")
 FAKE_TASK = str(REPO / "tests" / "local" / "fake_task.py")
@@ -120,6 +121,8 @@ def test_detached_job_runs_to_the_end_and_a_requeue_resumes_it(tmp_path, runs,
     status = run_launch("status", run_id, env=runs)
     assert status.returncode == 0 and "state running" in status.stdout, status.stdout
     assert f"Slurm job {job}" in status.stdout
+    lease = tmp_path / "model" / LEASE_FILE             # the run holds model_dir's lease
+    assert json.loads(lease.read_text())["run_id"] == run_id
     # training under way, a checkpoint saved: requeue the running job (and let it start
     # again now: Slurm otherwise holds a requeued job back for two minutes)
     step = wait_for(lambda: (state_of(tmp_path, run_id)["step"] or 0) >= 100 and
@@ -145,6 +148,7 @@ def test_detached_job_runs_to_the_end_and_a_requeue_resumes_it(tmp_path, runs,
     assert status.returncode == 0 and "state succeeded" in status.stdout
     assert "attempt 2" in status.stdout
     assert released(slurm_cluster)
+    assert not lease.exists()           # the second attempt renewed it, then let it go
 
 
 def test_cancel_of_a_detached_run_leaves_no_job_no_step_no_task(tmp_path, runs,
