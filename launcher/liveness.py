@@ -13,6 +13,13 @@ once (UNAVAILABLE) when nothing listens there yet.
   is still starting (importing TensorFlow), never lost. A task is asked every
   ``READY_PERIOD`` s until it first answered (for the first ``timeouts.start`` s), then
   every ``period`` s.
+- At scale the probes keep to ``PROBE_RATE`` calls a second (one call costs ~0.6 ms of the
+  launcher's CPU; 1 % of a core), so the periods grow with the number of tasks N: every
+  ``max(period, N / PROBE_RATE)`` s, a ps not answered yet every
+  ``max(READY_PERIOD, ps / PROBE_RATE)`` s and the others not answered yet no faster than
+  ``READY_PERIOD`` s times their count over ``PROBE_RATE``. A task is lost only after two
+  periods without an answer (``unresponsive`` or two periods, the longer): at N = 1,000,
+  a probe every 62.5 s and a frozen task lost after 125 s (docs/reliability.md).
 - ``LivenessMonitor`` (a job-loop monitor): probes every running task with a TF server in a
   thread of its own, answers ``lost`` for a task gone silent, and tells the job loop
   whether a ps answered since its start (``answered``: readiness, bounded by
@@ -37,6 +44,7 @@ SERVER_ROLES = ("ps", "chief", "master", "worker")   # the evaluator runs no TF 
 PROBE_PERIOD = 2.0        # seconds between liveness polls
 PROBE_DEADLINE = 1.0      # seconds one GetStatus call may take
 READY_PERIOD = 0.2        # seconds between probes of a task that has not answered yet
+PROBE_RATE = 16.0         # at most about this many calls a second: 1 % of a core
 # No proxy (grpcio honours http_proxy), and a short reconnect backoff so a task that starts
 # listening is seen within a second instead of after grpc's default backoff (up to 120 s).
 CHANNEL_OPTIONS = (
@@ -186,15 +194,35 @@ class Liveness:
                     self._watched[name] = Watched(name, address, since)
             return gone
 
+    def periods(self, now: float) -> tuple[float, float, float]:
+        """Seconds between probes now: (answered tasks, ps not answered yet, other tasks
+        not answered yet), grown with the number of tasks to keep to ``PROBE_RATE``."""
+        starting = [w for w in self._watched.values()
+                    if w.first_answer is None and now - w.since < self.startup]
+        ps = sum(1 for w in starting if w.name.startswith("ps:"))
+        period = max(self.period, len(self._watched) / PROBE_RATE)
+        return (period, max(READY_PERIOD, ps / PROBE_RATE),
+                min(period, max(READY_PERIOD, (len(starting) - ps) / PROBE_RATE)))
+
+    @property
+    def lost_after(self) -> float:
+        """Seconds of silence that make an answered task lost: ``unresponsive``, or two
+        probe periods when the periods grew longer (many tasks)."""
+        with self._lock:
+            return max(self.unresponsive,
+                       2 * len(self._watched) / PROBE_RATE if self._watched else 0.0)
+
     def due(self, now: float | None = None) -> dict[str, tuple[str, float]]:
         """The tasks to ask now (name -> (address, start time)): one not answered yet every
-        READY_PERIOD s during its first ``startup`` s, every ``period`` s otherwise."""
+        READY_PERIOD s during its first ``startup`` s, every ``period`` s otherwise (both
+        longer with many tasks: ``periods``)."""
         now = self.clock() if now is None else now
         with self._lock:
             out = {}
+            period, ps_ready, ready = self.periods(now)
             for w in self._watched.values():
                 fast = w.first_answer is None and now - w.since < self.startup
-                every = READY_PERIOD if fast else self.period
+                every = (ps_ready if w.name.startswith("ps:") else ready) if fast else period
                 if w.asked_at is None or now - w.asked_at >= every - 1e-6:
                     out[w.name] = (w.address, w.since)
                     w.asked_at = now
@@ -221,13 +249,14 @@ class Liveness:
         return first
 
     def lost(self) -> list[Lost]:
-        """Tasks that answered once and then nothing for ``unresponsive`` seconds."""
+        """Tasks that answered once and then nothing for ``lost_after`` seconds."""
         now = self.clock()
+        after = self.lost_after
         with self._lock:
             return [Lost(w.name, w.address, w.since, now - w.answered_at, w.code)
                     for w in self._watched.values()
                     if w.answered_at is not None and not w.answering
-                    and now - w.answered_at >= self.unresponsive]
+                    and now - w.answered_at >= after]
 
     def answered(self, name: str, since: float | None) -> bool:
         """Whether ``name``, started at ``since``, answered since then."""
@@ -306,7 +335,7 @@ class LivenessMonitor:
         return self.liveness.not_answering()
 
     def reason(self, lost: Lost) -> str:
-        return lost_reason(lost.name, lost.address, self.liveness.unresponsive)
+        return lost_reason(lost.name, lost.address, self.liveness.lost_after)
 
     def _note(self, event: str, **fields: Any) -> None:
         with self._lock:

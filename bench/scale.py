@@ -1,0 +1,276 @@
+"""Scale: hundreds of tasks from one launcher, side by side with a shell, in one run.
+
+Three parts (docs/benchmarks.md, "Scale"):
+
+- local: chief + N workers + 2 ps of sleeping tasks under `launch` against a shell script
+  that starts and waits for the very same sleeps (the chief sleeps a second longer, so the
+  workers end by themselves in both; the ps sleep until they are stopped). Each task
+  stamps /proc/uptime as it starts and ends. Reported: wall time, every task started
+  after, from the last task's end to the exit, CPU (the launcher's or the shell's and
+  every task's, RUSAGE_CHILDREN of a fresh runner) and the launcher's CPU per task (its
+  CPU less the shell's), peak RSS, and the start cost per task: from the first task's start
+  to the last's, over the tasks. Rounds alternate launch and shell.
+- scripted: the real job loop over the in-memory backend (tests/scripted_backend.py), one
+  fresh process per size: chief + N workers + N/10 ps over a 600 s job on a fake clock.
+  CPU per task to start every task, CPU per task for the whole run, peak RSS.
+- monitors: one loop turn's monitor CPU for N running tasks (the coordinator's tick and
+  the liveness monitor's tick on the loop's thread; the liveness probe thread's gRPC calls
+  against N ports of one in-process gRPC server), as a share of one core.
+
+    .venv/bin/python bench/scale.py [--sizes 10 100 1000] [--sleep 5] [--rounds 1]
+                                    [--parts local scripted monitors]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+LAUNCH = str(Path(sys.executable).parent / "launch")
+STAMP = 'read t _ </proc/uptime; echo "$t" >"$STAMPS/$TFCLUSTER_TASK_TYPE-$TFCLUSTER_TASK_INDEX.{}"'
+TASK = f"{STAMP.format('s')}; sleep $SLEEP; {STAMP.format('e')}"
+
+MEASURE = r"""
+import resource, subprocess, sys
+subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(r.ru_utime + r.ru_stime, r.ru_maxrss)
+"""
+
+
+def uptime() -> float:
+    with open("/proc/uptime") as f:
+        return float(f.read().split()[0])
+
+
+def measured(argv: list[str]) -> tuple[float, float, float, float]:
+    """(started at, ended at) on /proc/uptime's clock, CPU seconds of ``argv`` and all it
+    waited for, peak RSS (MB) of its largest process."""
+    t0 = uptime()
+    out = subprocess.run([sys.executable, "-c", MEASURE, *argv], capture_output=True,
+                         text=True, check=True, cwd=REPO)
+    t1 = uptime()
+    cpu, rss_kb = out.stdout.split()
+    return t0, t1, float(cpu), int(rss_kb) / 1024
+
+
+def tasks_of(n: int) -> list[tuple[str, int, float]]:
+    """(type, index, extra sleep) of chief + n workers + 2 ps; -1: sleeps until stopped."""
+    return [("ps", 0, -1), ("ps", 1, -1), ("chief", 0, 1.0),
+            *(("worker", i, 0.0) for i in range(n))]
+
+
+def local_spec(work: Path, n: int, sleep: float) -> Path:
+    doc = {"name": "scale", "cluster": {"chief": 1, "worker": n, "ps": 2},
+           "command": ["sh", "-c", TASK], "env": {"STAMPS": str(work / "stamps"),
+                                                  "SLEEP": str(sleep)},
+           "roles": {"chief": {"env": {"SLEEP": str(sleep + 1)}},
+                     "ps": {"env": {"SLEEP": "3600"}}},
+           "model_dir": str(work / "model"), "run_dir": str(work / "runs"), "max_steps": 10}
+    path = work / "spec.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def shell_script(work: Path, n: int, sleep: float) -> Path:
+    """Start every task in the background, wait for the chief and the workers, stop the
+    ps: what a user's script does."""
+    lines = [f"export STAMPS={work / 'stamps'}", f"TASK='{TASK}'", "trainers=''", "ps=''"]
+    for type_, index, extra in tasks_of(n):
+        secs = 3600 if extra < 0 else sleep + extra
+        lines.append(f"TFCLUSTER_TASK_TYPE={type_} TFCLUSTER_TASK_INDEX={index} "
+                     f"SLEEP={secs:g} setsid sh -c \"$TASK\" &")
+        group = "ps" if type_ == "ps" else "trainers"
+        lines.append(f'{group}="${group} $!"')
+    lines += ["wait $trainers", "for p in $ps; do kill -TERM -$p; done", "wait"]
+    path = work / "shell.sh"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def one_local(kind: str, n: int, sleep: float) -> dict:
+    with tempfile.TemporaryDirectory(prefix="scale-") as tmp:
+        work = Path(tmp)
+        (work / "stamps").mkdir()
+        argv = ([LAUNCH, str(local_spec(work, n, sleep)), "--quiet"] if kind == "launch"
+                else ["sh", str(shell_script(work, n, sleep))])
+        t0, t1, cpu, rss = measured(argv)
+        starts = [float(p.read_text()) for p in (work / "stamps").glob("*.s")]
+        ends = [float(p.read_text()) for p in (work / "stamps").glob("*.e")]
+    tasks = n + 3
+    assert len(starts) == tasks, f"{kind}: {len(starts)} of {tasks} tasks started"
+    return {"wall": t1 - t0, "started": max(starts) - t0,
+            "start_ms": (max(starts) - min(starts)) / tasks * 1000,
+            "exit_after_last_end": t1 - max(ends) if ends else float("nan"),
+            "cpu": cpu, "rss": rss, "tasks": tasks}
+
+
+def local(sizes: list[int], sleep: float, rounds: int) -> None:
+    print(f"local: chief + N workers + 2 ps sleeping {sleep:g} s (chief {sleep + 1:g} s), "
+          f"medians of {rounds} round(s), launch and shell alternating\n")
+    print("| N workers | | wall s | every task started after s | start ms/task | exit after the "
+          "last end s | CPU s (with the tasks') | launcher CPU ms/task | peak RSS MB |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for n in sizes:
+        got: dict[str, list[dict]] = {"launch": [], "shell": []}
+        for r in range(rounds):
+            for kind in (("launch", "shell") if r % 2 == 0 else ("shell", "launch")):
+                got[kind].append(one_local(kind, n, sleep))
+        med = {k: {f: statistics.median(x[f] for x in v) for f in v[0]} for k, v in got.items()}
+        per_task = (med["launch"]["cpu"] - med["shell"]["cpu"]) / med["launch"]["tasks"] * 1000
+        for kind in ("launch", "shell"):
+            m = med[kind]
+            extra = f"{per_task:.2f}" if kind == "launch" else ""
+            print(f"| {n} | {kind} | {m['wall']:.2f} | {m['started']:.2f} | {m['start_ms']:.2f} | "
+                  f"{m['exit_after_last_end']:.2f} | {m['cpu']:.2f} | {extra} | {m['rss']:.0f} |")
+        print(f"| {n} | ratio | {med['launch']['wall'] / med['shell']['wall']:.2f}x "
+              "| | | | | | |")
+        sys.stdout.flush()
+
+
+# --------------------------------------------------------------------------- scripted
+SCRIPTED = r"""
+import json, resource, sys, time, tempfile
+from pathlib import Path
+sys.path[:0] = [sys.argv[2] + "/tests"]
+from scripted_backend import Script, ScriptedBackend, run_job, scripted_registered
+import launcher.job as job_module
+
+n = int(sys.argv[1])
+ps = max(1, n // 10)
+scripts = {"chief:0": [Script(exit_at=600)], **{f"worker:{i}": [Script(exit_at=600)]
+                                                for i in range(n)}}
+backend = ScriptedBackend(scripts)
+starts_cpu = [0.0]
+original_start = job_module.Job.start_task
+def start_task(self, run):
+    c0 = time.process_time()
+    original_start(self, run)
+    starts_cpu[0] += time.process_time() - c0
+job_module.Job.start_task = start_task
+with tempfile.TemporaryDirectory() as tmp, scripted_registered():
+    c0 = time.process_time()
+    result, _ = run_job({"cluster": {"chief": 1, "worker": n, "ps": ps}}, backend, Path(tmp))
+    cpu = time.process_time() - c0
+assert result.status == 0, result.reason
+tasks = n + 1 + ps
+print(json.dumps({"tasks": tasks, "start_ms": starts_cpu[0] / tasks * 1000,
+                  "run_ms": cpu / tasks * 1000, "cpu": cpu,
+                  "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def scripted(sizes: list[int]) -> None:
+    print("\nscripted (in-memory backend, fake clock): chief + N workers + N/10 ps, a 600 s "
+          "job\n")
+    print("| N workers | tasks | start CPU ms/task | whole run CPU s | CPU ms/task | "
+          "peak RSS MB |")
+    print("|---|---|---|---|---|---|")
+    for n in sizes:
+        out = subprocess.run([sys.executable, "-c", SCRIPTED, str(n), str(REPO)],
+                             capture_output=True, text=True, cwd=REPO)
+        if out.returncode:
+            print(out.stderr[-2000:])
+            continue
+        m = json.loads(out.stdout.strip().splitlines()[-1])
+        print(f"| {n} | {m['tasks']} | {m['start_ms']:.3f} | {m['cpu']:.2f} | "
+              f"{m['run_ms']:.2f} | {m['rss']:.0f} |")
+        sys.stdout.flush()
+
+
+# --------------------------------------------------------------------------- monitors
+SERVER = r"""
+import sys, time, grpc
+from concurrent import futures
+handler = grpc.unary_unary_rpc_method_handler(lambda _request, _context: b"")
+server = grpc.server(futures.ThreadPoolExecutor(4))
+server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+    "tensorflow.WorkerService", {"GetStatus": handler}),))
+ports = [server.add_insecure_port("127.0.0.1:0") for _ in range(int(sys.argv[1]))]
+server.start()
+print(*ports, flush=True)
+time.sleep(3600)
+"""
+
+def monitors(sizes: list[int], turns: int = 200) -> None:
+    """One loop turn's monitor CPU with N running tasks whose TF servers answer."""
+    sys.path[:0] = [str(REPO)]
+    from launcher.liveness import GrpcProber, LivenessMonitor
+    from launcher.monitors import CoordinatorMonitor, tick_every
+    from launcher.output.console import Console
+    from orchestrator.coordinator import Coordinator
+    from orchestrator.decisions import TaskState
+
+    print("\nmonitors: N running tasks whose gRPC servers answer (another process)\n")
+    print("| tasks | coordinator tick µs | liveness tick µs | ticks every s | probe period s | "
+          "probe CPU ms/call | monitors' share of a core |")
+    print("|---|---|---|---|---|---|---|")
+
+    for n in sizes:
+        server = subprocess.Popen([sys.executable, "-c", SERVER, str(n)], stdout=subprocess.PIPE,
+                                  text=True)
+        ports = [int(p) for p in server.stdout.readline().split()]
+        tasks = [TaskState(f"worker:{i}", "worker", f"127.0.0.1:{p}", alive=True,
+                           started_at=0.0, running=True) for i, p in enumerate(ports)]
+        with tempfile.TemporaryDirectory() as tmp:
+            coordinator = CoordinatorMonitor(
+                Coordinator(tmp, max_steps=100, poll=1.0, stall=3600, startup=3600),
+                Console(open(os.devnull, "w"), open(os.devnull, "w")), None)  # noqa: SIM115
+            prober = GrpcProber()
+            liveness = LivenessMonitor(30, prober=prober, threaded=False,
+                                       startup=0.0, clock=time.monotonic)
+            c0 = time.thread_time()
+            for _ in range(turns):
+                coordinator.tick(tasks)
+            coord_us = (time.thread_time() - c0) / turns * 1e6
+            c0 = time.thread_time()
+            for _ in range(turns):
+                liveness.tick(tasks)
+            live_us = (time.thread_time() - c0) / turns * 1e6
+            liveness.poll_once()                    # channels made, then timed
+            for w in liveness.liveness._watched.values():
+                w.asked_at = None
+            c0 = time.process_time()
+            liveness.poll_once()
+            call_ms = (time.process_time() - c0) / n * 1000
+            period = liveness.liveness.periods(time.monotonic())[0]
+            share = (coord_us + live_us) / 1e6 / tick_every(n) + call_ms / 1000 * n / period
+            print(f"| {n} | {coord_us:.0f} | {live_us:.0f} | {tick_every(n):g} | {period:g} | "
+                  f"{call_ms:.3f} | "
+                  f"{share * 100:.2f} % |")
+            prober.close()
+            coordinator.close()
+        server.kill()
+        server.wait()
+        sys.stdout.flush()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 1000])
+    parser.add_argument("--sleep", type=float, default=5.0)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--parts", nargs="+", default=["local", "scripted", "monitors"])
+    args = parser.parse_args()
+    if shutil.which("setsid") is None:
+        sys.exit("bench/scale.py needs setsid (util-linux)")
+    print(f"{time.strftime('%Y-%m-%d %H:%M')} UTC, {os.cpu_count()} cores (shared machine)\n")
+    if "local" in args.parts:
+        local(args.sizes, args.sleep, args.rounds)
+    if "scripted" in args.parts:
+        scripted(args.sizes)
+    if "monitors" in args.parts:
+        monitors(args.sizes)
+
+
+if __name__ == "__main__":
+    main()
