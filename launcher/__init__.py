@@ -22,8 +22,8 @@ def run(spec, command=None, *, local=False, quiet=False, run_dir=None, **overrid
     return _run(spec, command, local=local, quiet=quiet, run_dir=run_dir, **overrides)
 
 
-def dry_run(spec, command=None, *, local=False, as_json=False, **overrides) -> str:
+def dry_run(spec, command=None, *, local=False, as_json=False, every=True, **overrides) -> str:
     """What ``launch SPEC --dry-run`` prints, as a string."""
     from launcher.api import dry_run as _dry_run
 
-    return _dry_run(spec, command, local=local, as_json=as_json, **overrides)
+    return _dry_run(spec, command, local=local, as_json=as_json, every=every, **overrides)

@@ -120,10 +120,13 @@ def prepare(spec, command: list[str] | None = None, *, local: bool = False,
 
 
 def dry_run(spec, command: list[str] | None = None, *, local: bool = False,
-            as_json: bool = False, **overrides) -> str:
-    """Every task's address, TF_CONFIG, environment and expanded command; starts nothing."""
+            as_json: bool = False, every: bool = True, **overrides) -> str:
+    """Every task's address, TF_CONFIG, environment and expanded command; starts nothing.
+    ``every=False``: above 16 tasks, the first task of each role in full and every
+    address, as ``launch --dry-run`` prints it."""
     spec, backend = prepare(spec, command, local=local, overrides=overrides)
-    return render_dry_run(make_plan(spec, backend, command), backend, as_json=as_json)
+    return render_dry_run(make_plan(spec, backend, command), backend, as_json=as_json,
+                          every=every)
 
 
 def run(spec, command: list[str] | None = None, *, local: bool = False, quiet: bool = False,
@@ -189,9 +192,14 @@ def public_plan(plan) -> dict[str, Any]:
     return doc
 
 
-def render_dry_run(plan, backend, as_json: bool = False, extra: str | None = None) -> str:
+def render_dry_run(plan, backend, as_json: bool = False, extra: str | None = None,
+                   every: bool = False) -> str:
+    """The plan as --dry-run prints it: every task in full up to GROUP_ABOVE tasks (or with
+    ``every``, or as JSON); above, the first task of each role in full and every task's
+    address (docs/console.md)."""
     from launcher.gpus import describe, shown
     from launcher.lease import dry_run_line
+    from launcher.output.grouped import GROUP_ABOVE
 
     doc = public_plan(plan)
     tasks = doc["tasks"]
@@ -211,15 +219,30 @@ def render_dry_run(plan, backend, as_json: bool = False, extra: str | None = Non
         lines.append("# ports marked 'auto' were picked now and are picked again at start: "
                      "give host:port in the spec to fix them")
     lines += describe(backend.gpu_machines(plan), backend.places_gpus)
-    for t in tasks:
+    condensed = not every and len(tasks) > GROUP_ABOVE
+    if condensed:
+        lines.append(f"# {len(tasks)} tasks: the first of each role in full, then every "
+                     "task's address (--dry-run --all: every task in full; --json: all of it)")
+
+    def head(t: dict[str, Any]) -> str:
         auto = "  (auto)" if marked and t["auto_port"] else ""
         gpus = f"  gpus {shown(t['gpus'])}" if t["gpus"] is not None else ""
-        lines.append(f"{t['type']}:{t['index']}  {t['host']}:{t['port']}{auto}{gpus}")
+        return f"{t['type']}:{t['index']}  {t['host']}:{t['port']}{auto}{gpus}"
+
+    seen: set[str] = set()
+    for t in tasks:
+        if condensed and t["type"] in seen:
+            continue
+        seen.add(t["type"])
+        lines.append(head(t))
         for key, value in t["env"].items():
             lines.append(f"  {key}={shlex.quote(value)}")
         lines.append(f"  command: {shlex.join(t['command'])}")
         if t["cwd"]:
             lines.append(f"  cwd: {t['cwd']}")
+    if condensed:
+        lines.append("# addresses")
+        lines += [head(t) for t in tasks]
     if extra:
         lines += ["", extra]
     return "\n".join(lines)
@@ -364,7 +387,7 @@ def _execute(spec, backend, plan, command, args, run_dir, events, state,
     if short:
         result = dataclasses.replace(result, status=1, reason=short)
         events.write("verdict", status=1, reason=short)
-    table = summary_table(result.runs)
+    table = summary_table(result.runs, os.path.join(run_dir, "summary.json"))
     verdict = "succeeded" if result.status == 0 else f"FAILED (exit status {result.status})"
     console.info(f"job {verdict} after {result.duration:.1f}s: {result.reason}\n{table}")
     for line in closing_lines(result, closing):

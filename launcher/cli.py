@@ -50,6 +50,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="print every task's address, TF_CONFIG, environment and command; "
                         "start nothing")
     p.add_argument("--json", action="store_true", help="with --dry-run: one JSON document")
+    p.add_argument("--all", action="store_true",
+                   help="with --dry-run: every task in full (above 16 tasks it shows the "
+                        "first task of each role in full and every address)")
     p.add_argument("--local", action="store_true",
                    help="run on this machine whatever the spec's backend, every host mapped "
                         "to localhost")
@@ -91,6 +94,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str] | None]:
         raise UsageError("nothing after --: give the command to run, or leave out --")
     if args.json and not args.dry_run:
         raise UsageError("--json goes with --dry-run")
+    if args.all and not args.dry_run:
+        raise UsageError("--all goes with --dry-run")
     return args, command
 
 
@@ -153,7 +158,7 @@ def run_cli(argv: list[str]) -> int:
     backend.inside_job = args.in_allocation
     if args.dry_run:
         plan = api.make_plan(spec, backend, command, run_id=args.run_id)
-        print(api.render_dry_run(plan, backend, as_json=args.json))
+        print(api.render_dry_run(plan, backend, as_json=args.json, every=args.all))
         return 0
     return api.start(spec, backend, command, args).status
 

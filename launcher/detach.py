@@ -56,12 +56,13 @@ def detach(spec, backend, command: list[str] | None, args) -> int:
         run_dir = os.path.abspath(args.run_dir or default_run_dir(spec, plan.run_id))
         relaunch = relaunch_argv(args, command, run_dir, plan.run_id)
         if args.dry_run:
-            print(render_dry_run(plan, backend, as_json=args.json,
+            print(render_dry_run(plan, backend, as_json=args.json, every=args.all,
                                  extra=backend.describe_detached(plan, run_dir, relaunch)))
             return 0
         return _submit(spec, backend, plan, run_dir, relaunch)
     if args.dry_run:
-        print(render_dry_run(make_plan(spec, backend, command), backend, as_json=args.json))
+        print(render_dry_run(make_plan(spec, backend, command), backend, as_json=args.json,
+                             every=args.all))
         return 0
     backend.prepare()
     plan = make_plan(spec, backend, command, run_id=args.run_id)

@@ -82,9 +82,12 @@ def _progress(state: dict) -> str:
     return f"{step if step is not None else '-'}/{top if top is not None else '-'}"
 
 
-def task_table(state: dict, run_dir: str, now: str | None = None) -> str:
+def task_table(state: dict, run_dir: str, now: str | None = None, every: bool = True
+               ) -> str:
     """The closing summary's columns: task, address, exit, duration, restarts, log. For a
-    run whose launcher died, a task it left running is shown gone or still running."""
+    run whose launcher died, a task it left running is shown gone or still running.
+    ``every``: one row per task, else grouped by role above GROUP_ABOVE tasks."""
+    from launcher.output.grouped import grouped_table
     from launcher.runs import process_started
 
     rows = []
@@ -97,8 +100,12 @@ def task_table(state: dict, run_dir: str, now: str | None = None) -> str:
             shown = "still running (orphan)" if alive else "gone"
         rows.append((t["task"], t["address"], shown, f"{secs:.1f}s", str(t.get("restarts") or 0),
                      os.path.join(run_dir, t["log"]) if t["log"] != "-" else "-"))
+    if not rows:
+        return "(no task started yet)"
     gpus = [t.get("gpus") for t in state.get("tasks", [])]
-    return rows_table(*with_gpus(rows, gpus)) if rows else "(no task started yet)"
+    if every:
+        return rows_table(*with_gpus(rows, gpus))
+    return grouped_table(rows, f"launch status {state.get('run_id', run_dir)} --all", gpus)
 
 
 # ---------------------------------------------------------------------- list
@@ -145,7 +152,11 @@ def status_main(argv: list[str]) -> int:
     p = _run_parser("status", "A run's state, progress and per-task rows. Exit 0 while it "
                                "runs or when it succeeded, 1 when it failed, was cancelled or "
                                "its launcher died.")
-    run_dir, state = _open_run(p.parse_args(argv))
+    p.add_argument("--all", action="store_true",
+                   help="one row per task (above 16 tasks: one line per role and the "
+                        "outliers)")
+    args = p.parse_args(argv)
+    run_dir, state = _open_run(args)
     now, note = current_state(state)
     where = describe_handle(state.get("handle") or {})
     where = f"  {where}" if where else ""
@@ -168,7 +179,7 @@ def status_main(argv: list[str]) -> int:
         from launcher.backends.kubernetes import engine_tasks
 
         state["tasks"] = engine_tasks(k8s)
-    print(task_table(state, run_dir, now))
+    print(task_table(state, run_dir, now, every=args.all))
     return 0 if now in LIVE + ("succeeded",) else 1
 
 
@@ -240,7 +251,11 @@ def _print_new(logs: list[tuple[str, str]], offsets: dict[str, int], prefix: boo
 def cancel_main(argv: list[str]) -> int:
     p = _run_parser("cancel", "Stop a run with the same ordered teardown as Ctrl-C; "
                                "nothing is left running.")
-    run_dir, state = _open_run(p.parse_args(argv))
+    p.add_argument("--all", action="store_true",
+                   help="one row per task (above 16 tasks: one line per role and the "
+                        "outliers)")
+    args = p.parse_args(argv)
+    run_dir, state = _open_run(args)
     now, _ = current_state(state)
     if state.get("state") not in LIVE:
         print(f"run {state['run_id']} already ended: {state['state']}")

@@ -32,12 +32,15 @@ SHORT = "training was ended by the launcher, but "
 HEADER = ("task", "address", "exit", "duration", "restarts", "log")
 
 
-def summary_table(runs: list[TaskRun]) -> str:
+def summary_table(runs: list[TaskRun], every_row: str = "summary.json") -> str:
     """task, address, exit status, duration, log file: one row per task (and each task's
-    GPUs where the launcher placed any)."""
+    GPUs where the launcher placed any); for many tasks, one line per role and the outliers
+    (launcher/output/grouped.py)."""
+    from launcher.output.grouped import grouped_table
+
     rows = [(run.name, run.task.address, run.status_text(), f"{run.duration():.1f}s",
              str(run.restarts), run.log_path) for run in runs]
-    return rows_table(*with_gpus(rows, [run.task.gpus for run in runs]))
+    return grouped_table(rows, every_row, [run.task.gpus for run in runs])
 
 
 def with_gpus(rows: list[tuple[str, ...]], gpus: list[list[str] | None],
