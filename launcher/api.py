@@ -86,6 +86,7 @@ def _backend(spec, local: bool):
     """The spec's backend (``--local``: the local one) built from its options, then told
     what the job asks of it (``Backend.accept``): it never sees the spec."""
     from launcher.backends import backend_class
+    from launcher.gpus import check_backend
     from launcher.plan import reservation
 
     name = "local" if local else spec.backend
@@ -95,6 +96,7 @@ def _backend(spec, local: bool):
     options = cls.validate_options(spec.backend_options.get(name), name)
     backend = cls(options, remap=True) if local and spec.backend != "local" else cls(options)
     backend.accept(reservation(spec))
+    check_backend(backend.places_gpus, name, spec.resources)
     return backend
 
 

@@ -260,7 +260,7 @@ def _assign_machine(machine: Machine, asks: list[Ask],
 def _over_ask(machine: Machine, asks: list[Ask], pool: list[Gpu] | None = None) -> str:
     parts = []
     for a in asks:
-        what = f"GPUs {','.join(a.devices)}" if a.devices else \
+        what = f"GPU{'s' if len(a.devices) > 1 else ''} {','.join(a.devices)}" if a.devices else \
             f"{a.count or 1} GPU{'s' if (a.count or 1) > 1 else ''}"
         parts.append(f"{a.task} ({what})")
     total = sum(len(a.devices) if a.devices else (a.count or 1) for a in asks)
@@ -385,3 +385,57 @@ def docker_runtime_problem(runtimes_json: str, tasks: Sequence[TaskPlan]) -> str
             f"(runtimes: {', '.join(runtimes) or 'none listed'}): install the NVIDIA "
             "Container Toolkit and run 'nvidia-ctk runtime configure --runtime=docker', or "
             "give those roles resources.ROLE.gpus: 0 (docs/gpus.md)")
+
+
+# ---------------------------------------------------------------------------- Slurm
+STEP_LINE = "tfcluster: the Slurm step's CUDA_VISIBLE_DEVICES="
+# Prints what Slurm bound, then runs the task's command (its arguments never pass a shell).
+STEP_WRAPPER = ["/bin/sh", "-c", f'echo "{STEP_LINE}${{CUDA_VISIBLE_DEVICES-}}"; exec "$@"',
+                "tfcluster-step"]
+
+
+def reporting_step(task: TaskPlan) -> TaskPlan:
+    """The task as a Slurm step that asks for GPUs runs it: its first output line says
+    which devices Slurm bound (``StepDevices`` records them); others as they are."""
+    if not task.resources.get("gpus"):
+        return task
+    import dataclasses
+
+    return dataclasses.replace(task, command=[*STEP_WRAPPER, *task.command])
+
+
+class StepDevices:
+    """A Slurm step's output, read through: the wrapper's line sets ``task.gpus`` (the
+    plan's task: the summary and ``launch status`` show it)."""
+
+    def __init__(self, stream, task: TaskPlan):
+        self.stream = stream
+        self.task = task
+        self.seen = False
+
+    def readline(self) -> bytes:
+        line = self.stream.readline()
+        if not self.seen and line.startswith(STEP_LINE.encode()):
+            self.seen = True
+            value = line[len(STEP_LINE):].decode(errors="replace").strip()
+            self.task.gpus = [d for d in value.split(",") if d]
+        return line
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
+
+
+def check_backend(places: bool, backend: str, resources: Mapping[str, Mapping[str, object]]
+                  ) -> None:
+    """``devices`` and ``gpu_share`` are for the backends that place GPUs themselves;
+    SpecError (exit 2) naming the first such key on another backend."""
+    if places:
+        return
+    from launcher.errors import SpecError
+
+    for role, res in resources.items():
+        for key in ("devices", "gpu_share"):
+            if key in res:
+                raise SpecError(f"resources.{role}.{key}", f"backend {backend!r} binds GPUs "
+                                "itself: give resources.ROLE.gpus (a count); devices and "
+                                "gpu_share are for local, ssh and docker (docs/gpus.md)")

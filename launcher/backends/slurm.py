@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from launcher import gpus
 from launcher.backends.base import Backend, ProbeResult, TaskHandle
 from launcher.backends.options import option
 from launcher.errors import PreflightError, SpecError
@@ -188,6 +189,7 @@ class SlurmBackend(Backend):
         self.addr_of_node: dict[str, str] = {}
         self.handles: list[SlurmHandle] = []
         self.watchdog: Watchdog | None = None
+        self._plan_tasks: dict[str, TaskPlan] = {}      # the plan's, from preflight()
 
     # ------------------------------------------------------------------ reservation
     def accept(self, reservation: Reservation) -> None:
@@ -448,6 +450,7 @@ class SlurmBackend(Backend):
         per node) before any task starts."""
         from launcher.environment import check_programs_by_probe
 
+        self._plan_tasks = {t.name: t for t in plan.tasks}
         check_programs_by_probe(plan, self)
 
     def _node_for(self, task: TaskPlan) -> str:
@@ -456,12 +459,15 @@ class SlurmBackend(Backend):
         return self.node_of_label[self.label_of[(task.type, task.index)]]
 
     def start(self, task: TaskPlan) -> TaskHandle:
-        argv = self.srun_argv(task, self.job_id or "", self._node_for(task))
+        argv = self.srun_argv(gpus.reporting_step(task), self.job_id or "",
+                              self._node_for(task))
         env = _step_env(task)
         proc = subprocess.Popen(dies_with_parent(argv, env), env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         handle = SlurmHandle(task, proc, self.job_id or "", f"{task.type}-{task.index}")
+        if task.resources.get("gpus"):     # what Slurm bound, into the plan's task
+            handle.output = gpus.StepDevices(proc.stdout, self._plan_tasks.get(task.name, task))
         self.handles.append(handle)
         return handle
 

@@ -134,3 +134,38 @@ def test_slurm_and_ssh_dry_runs_leave_the_devices_to_later(tmp_path):
     done = run_launch(str(slurm), "--dry-run", env=env)
     assert done.returncode == 0, done.stderr
     assert "--gpus=1" in done.stdout and "CUDA_VISIBLE_DEVICES" not in done.stdout
+
+
+def test_a_slurm_step_says_which_devices_slurm_bound(tmp_path):
+    """The wrapper a Slurm step with GPUs runs (launcher/gpus.py), run here as srun would:
+    its first line sets the task's gpus; the task's own arguments arrive untouched."""
+    import subprocess
+
+    from launcher.gpus import StepDevices, reporting_step
+    from launcher.plan import TaskPlan
+
+    task = TaskPlan("worker", 0, "n1", 2222, [sys.executable, "-c",
+                                               "import sys; print(sys.argv[1:])", "a b", "$X"],
+                    {}, resources={"gpus": 2})
+    step = reporting_step(task)
+    proc = subprocess.Popen(step.command, stdout=subprocess.PIPE,
+                            env={**os.environ, "CUDA_VISIBLE_DEVICES": "1,3"})
+    lines = list(iter(StepDevices(proc.stdout, task).readline, b""))
+    proc.wait()
+    assert task.gpus == ["1", "3"]
+    assert lines[-1].decode().strip() == "['a b', '$X']"
+    cpu = TaskPlan("ps", 0, "n1", 2223, ["x"], {}, resources={})
+    assert reporting_step(cpu) is cpu
+
+
+def test_device_lists_are_refused_where_the_engine_binds_gpus(tmp_path):
+    spec = write(tmp_path, backend="slurm", resources={"worker": {"devices": ["0", "1"]}})
+    done = run_launch(str(spec), "--dry-run", timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "launch: error: resources.worker.devices: backend 'slurm' binds GPUs itself: give "
+        "resources.ROLE.gpus (a count); devices and gpu_share are for local, ssh and docker "
+        "(docs/gpus.md)"]
+    local = run_launch(str(spec), "--dry-run", "--local", timeout=60,
+                       env=with_gpus(tmp_path, 2))
+    assert local.returncode == 0, local.stderr
