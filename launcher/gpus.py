@@ -411,15 +411,24 @@ class StepDevices:
     def __init__(self, stream, task: TaskPlan):
         self.stream = stream
         self.task = task
-        self.seen = False
+        self.head: bytes | None = b""     # the output until its first line ended
+
+    def _saw(self, data: bytes) -> bytes:
+        if self.head is not None:
+            self.head += data
+            if b"\n" in self.head or not data:
+                first = self.head.split(b"\n", 1)[0]
+                self.head = None
+                if first.startswith(STEP_LINE.encode()):
+                    value = first[len(STEP_LINE):].decode(errors="replace").strip()
+                    self.task.gpus = [d for d in value.split(",") if d]
+        return data
 
     def readline(self) -> bytes:
-        line = self.stream.readline()
-        if not self.seen and line.startswith(STEP_LINE.encode()):
-            self.seen = True
-            value = line[len(STEP_LINE):].decode(errors="replace").strip()
-            self.task.gpus = [d for d in value.split(",") if d]
-        return line
+        return self._saw(self.stream.readline())
+
+    def read1(self, size: int = -1) -> bytes:
+        return self._saw(self.stream.read1(size))
 
     def __getattr__(self, name: str):
         return getattr(self.stream, name)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -150,10 +151,14 @@ def test_a_slurm_step_says_which_devices_slurm_bound(tmp_path):
     step = reporting_step(task)
     proc = subprocess.Popen(step.command, stdout=subprocess.PIPE,
                             env={**os.environ, "CUDA_VISIBLE_DEVICES": "1,3"})
-    lines = list(iter(StepDevices(proc.stdout, task).readline, b""))
+    from launcher.output.task_output import pump
+
+    lines: list[str] = []
+    pump(StepDevices(proc.stdout, task), lambda data: None,
+         lambda text, partial: lines.append(text), time.monotonic)   # as the job loop reads
     proc.wait()
     assert task.gpus == ["1", "3"]
-    assert lines[-1].decode().strip() == "['a b', '$X']"
+    assert lines == ["tfcluster: the Slurm step's CUDA_VISIBLE_DEVICES=1,3", "['a b', '$X']"]
     cpu = TaskPlan("ps", 0, "n1", 2223, ["x"], {}, resources={})
     assert reporting_step(cpu) is cpu
 
