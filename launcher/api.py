@@ -256,13 +256,6 @@ def default_run_dir(spec, run_id: str) -> str:
     return os.path.join(spec.run_dir or runs_root(), run_id)
 
 
-def task_rows(runs) -> list[dict[str, Any]]:
-    """One row per task, as summary.json keeps them (and ``status``, the exit in words)."""
-    return [{"task": r.name, "address": r.task.address, "gpus": r.task.gpus, "exit": r.status,
-             "status": r.status_text(), "stopped": r.stopped, "restarts": r.restarts,
-             "duration": round(r.duration(), 3), "log": r.log_path} for r in runs]
-
-
 def execute(spec, backend, plan, command, args, on_running=None, console=None) -> RunResult:
     """Run the job attached; its state goes into the run registry (launcher/runs.py);
     ``on_running(state)`` is called once every task started. ``args``: RunOptions, or
@@ -351,7 +344,13 @@ def _execute(spec, backend, plan, command, args, run_dir, events, state,
     closing summary; the backend is closed whatever happens."""
     from launcher.gpus import place
     from launcher.job import Job, PortConflict
-    from launcher.output.summary import closing_lines, summary_doc, summary_table, verdict
+    from launcher.output.summary import (
+        closing_lines,
+        summary_doc,
+        summary_table,
+        task_rows,
+        verdict,
+    )
     from orchestrator.roles import TRAINERS
 
     try:
@@ -365,7 +364,7 @@ def _execute(spec, backend, plan, command, args, run_dir, events, state,
         write_plan(run_dir, plan)
         for attempt in range(MAX_PORT_RETRIES + 1):
             job = Job(plan, backend, run_dir, console, events=events)
-            state.attach(job)
+            state.attach(job.snapshot)
             try:
                 result = job.run()
                 break
@@ -382,14 +381,15 @@ def _execute(spec, backend, plan, command, args, run_dir, events, state,
     from launcher.output.closing import final_read
     closing = final_read(plan.storage.reader(), plan.max_steps,
                          any(t.type == "evaluator" for t in plan.tasks), spec.epochs,
-                         [r.log_path for r in result.runs if r.task.type in TRAINERS],
+                         [t.log for t in result.tasks if t.type in TRAINERS],
                          plan.model_dir, result.training_finished,
                          _seen_evaluated(job.monitors))
     short = verdict(result, closing)
     if short:
         result = dataclasses.replace(result, status=1, reason=short)
         events.write("verdict", status=1, reason=short)
-    table = summary_table(result.runs, os.path.join(run_dir, "summary.json"))
+    rows = task_rows(result.tasks)
+    table = summary_table(rows, os.path.join(run_dir, "summary.json"))
     verdict = "succeeded" if result.status == 0 else f"FAILED (exit status {result.status})"
     console.info(f"job {verdict} after {result.duration:.1f}s: {result.reason}\n{table}")
     for line in closing_lines(result, closing):
@@ -401,7 +401,6 @@ def _execute(spec, backend, plan, command, args, run_dir, events, state,
     if console.hidden:
         console.info(f"{console.hidden} lines of TensorFlow's routine output (deprecation "
                      "notices, banners, INFO) are only in the task logs; --verbose shows them")
-    rows = task_rows(result.runs)
     with open(os.path.join(run_dir, "summary.json"), "w", encoding="utf-8") as f:
         json.dump(summary_doc(result, closing, rows), f, indent=2)
     final = closing.final_step if closing.final_step is not None else _final_step(job.monitors)

@@ -34,7 +34,9 @@ tasks and of model_dir; it stops what the answer names and ends the job when it 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from orchestrator.decisions import TaskState
 
 TRAINERS = ("chief", "master", "worker")
 EVAL_QUIET = 30.0         # s of silence after its final evaluation: the evaluator is idle
@@ -48,19 +50,16 @@ ESTIMATOR_DELAY_PER_WORKER = 5.0   # tf.estimator: worker i sleeps 5*(i+1) s bef
 ESTIMATOR_MAX_DELAY = 60.0         # at most 60 s (RunConfig.experimental_max_worker_delay_secs)
 
 
-@dataclass(frozen=True)
-class TaskView:
-    """A task as the end rules see it."""
+@dataclass
+class JobResult:
+    """How a job ended: the launcher's exit status and why, every task as it ended."""
 
-    name: str
-    type: str
-    running: bool
-    status: int | None = None      # exit status once ended
-    quiet_for: float = 0.0         # s since its last output line
-    last_line: str = ""            # its last output line
-    restart_due: bool = False      # ended, and the job loop will start it again
-    ended_at: float | None = None  # job-loop clock time of its exit
-    started_at: float | None = None  # job-loop clock time of its (latest) start
+    status: int                 # the launcher's exit status
+    reason: str
+    tasks: list[TaskState]      # every task as the job ended
+    duration: float
+    training_finished: bool = False   # training was seen done (max_steps, primary exit 0)
+    incidents: list[dict] = field(default_factory=list)   # restarts, with what each restarted
 
 
 @dataclass(frozen=True)
@@ -83,7 +82,7 @@ class EndStep:
     done: bool = False
 
 
-def end_step(now: float, tasks: Iterable[TaskView], training: TrainingView,
+def end_step(now: float, tasks: Iterable[TaskState], training: TrainingView,
              timeouts: dict[str, float], synchronous: bool,
              trainers_done_at: float | None, done_at: float | None = None,
              estimator: bool = True) -> EndStep:
@@ -99,7 +98,7 @@ def end_step(now: float, tasks: Iterable[TaskView], training: TrainingView,
             done_at if done_at is not None else now
         return _trainers(now, since, tasks, trainers, training, timeouts, synchronous,
                          estimator)
-    if any(t.restart_due and t.type in TRAINERS for t in tasks):
+    if any(t.restarting and t.type in TRAINERS for t in tasks):
         return EndStep()
     ps = [t for t in running if t.type == "ps"]
     if ps:
@@ -108,7 +107,7 @@ def end_step(now: float, tasks: Iterable[TaskView], training: TrainingView,
     return _evaluator(now, tasks, training, timeouts, trainers_done_at)
 
 
-def _trainers(now: float, since: float, tasks: list[TaskView], trainers: list[TaskView],
+def _trainers(now: float, since: float, tasks: list[TaskState], trainers: list[TaskState],
               training: TrainingView, timeouts: dict[str, float],
               synchronous: bool, estimator: bool) -> EndStep:
     primary = _primary(tasks)
@@ -136,11 +135,11 @@ def _trainers(now: float, since: float, tasks: list[TaskView], trainers: list[Ta
     return EndStep()
 
 
-def _evaluator(now: float, tasks: list[TaskView], training: TrainingView,
+def _evaluator(now: float, tasks: list[TaskState], training: TrainingView,
                timeouts: dict[str, float], trainers_done_at: float | None) -> EndStep:
     evaluators = [t for t in tasks if t.type == "evaluator"]
     running = [t for t in evaluators if t.running]
-    due = [t for t in evaluators if t.restart_due]
+    due = [t for t in evaluators if t.restarting]
     opened = trainers_done_at if trainers_done_at is not None else now
     window_over = now - opened >= timeouts["evaluator"]
     if running:
@@ -164,7 +163,7 @@ def _evaluator(now: float, tasks: list[TaskView], training: TrainingView,
     return EndStep(done=True)
 
 
-def idle(task: TaskView) -> bool:
+def idle(task: TaskState) -> bool:
     """Quiet for a while, or its last line says it waits for a checkpoint (a final export
     prints: it is neither)."""
     return task.quiet_for >= EVAL_QUIET or any(m in task.last_line for m in IDLE_LINES)
@@ -177,13 +176,13 @@ def target_step(training: TrainingView) -> int | None:
     return min(steps) if steps else None
 
 
-def start_delay(task: TaskView) -> float:
+def start_delay(task: TaskState) -> float:
     """How long tf.estimator keeps this worker asleep before it trains."""
     index = int(task.name.rsplit(":", 1)[1])
     return min(ESTIMATOR_MAX_DELAY, ESTIMATOR_DELAY_PER_WORKER * (index + 1))
 
 
-def _in_start_delay(task: TaskView, now: float) -> bool:
+def _in_start_delay(task: TaskState, now: float) -> bool:
     return task.type == "worker" and task.started_at is not None and \
         now - task.started_at < start_delay(task)
 
@@ -194,7 +193,7 @@ def _moving(training: TrainingView, trainers: int) -> bool:
     return training.latest_step > training.max_steps + OVERSHOOT_PER_TRAINER * trainers
 
 
-def _primary(tasks: list[TaskView]) -> TaskView | None:
+def _primary(tasks: list[TaskState]) -> TaskState | None:
     for type_ in TRAINERS:
         found = sorted((t for t in tasks if t.type == type_), key=lambda t: t.name)
         if found:
@@ -202,9 +201,9 @@ def _primary(tasks: list[TaskView]) -> TaskView | None:
     return None
 
 
-def _names(tasks: list[TaskView]) -> tuple[str, ...]:
+def _names(tasks: list[TaskState]) -> tuple[str, ...]:
     return tuple(t.name for t in tasks)
 
 
-def _names_text(tasks: list[TaskView]) -> str:
+def _names_text(tasks: list[TaskState]) -> str:
     return ", ".join(t.name for t in tasks)

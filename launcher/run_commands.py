@@ -15,7 +15,7 @@ import sys
 import time
 from typing import IO
 
-from launcher.output.summary import rows_table, with_gpus
+from launcher.output.summary import row_cells, rows_table, with_gpus
 from launcher.runs import (
     CANCEL_FILE,
     LIVE,
@@ -98,8 +98,8 @@ def task_table(state: dict, run_dir: str, now: str | None = None, every: bool = 
         if now == "lost" and shown == "running":
             alive = t.get("pid") and process_started(t["pid"]) is not None
             shown = "still running (orphan)" if alive else "gone"
-        rows.append((t["task"], t["address"], shown, f"{secs:.1f}s", str(t.get("restarts") or 0),
-                     os.path.join(run_dir, t["log"]) if t["log"] != "-" else "-"))
+        rows.append(row_cells(t, shown, secs,
+                              os.path.join(run_dir, t["log"]) if t["log"] != "-" else "-"))
     if not rows:
         return "(no task started yet)"
     gpus = [t.get("gpus") for t in state.get("tasks", [])]

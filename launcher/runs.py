@@ -18,10 +18,13 @@ import os
 import socket
 import threading
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from launcher.errors import UsageError
 from launcher.events import EventLog
+
+if TYPE_CHECKING:
+    from orchestrator.decisions import TaskState
 
 VERSION = 1
 STATE_FILE = "state.json"
@@ -242,7 +245,8 @@ class RunState:
         self._lock = threading.RLock()
         self._rows_written = 0.0            # monotonic time of the last rows write
         self._rows_timer: threading.Timer | None = None
-        self.job: Any = None
+        self.snapshot: Callable[[], list[TaskState]] | None = None
+        self.restarts = 0       # restart incidents of the job followed
         self.on_running: Callable[[dict], None] | None = None
         self.on_error: Callable[[OSError], None] | None = None
         now = time.time()
@@ -287,24 +291,31 @@ class RunState:
                 if self.on_error is not None:
                     self.on_error(e)
 
-    def attach(self, job: Any) -> None:
-        """Follow this Job (launcher.job.Job): its task rows go into the state."""
-        self.job = job
+    def attach(self, snapshot: Callable[[], list[TaskState]]) -> None:
+        """Follow a job through ``snapshot`` (``Job.snapshot``): its task rows go into the
+        state; its restarts are counted from its events."""
+        self.snapshot = snapshot
+        self.restarts = 0
         self.update(tasks=self._rows())
 
-    def _rows(self) -> list[dict]:
-        if self.job is None:
-            return []
+    def _tasks(self) -> list[TaskState]:
+        return self.snapshot() if self.snapshot is not None else []
+
+    def _rows(self, tasks: list[TaskState] | None = None) -> list[dict]:
+        """state.json's task rows: task_rows' (launcher/output/summary.py) with the pid,
+        since when a running task runs, the log relative to the run directory."""
+        from launcher.output.summary import task_rows
+
+        tasks = self._tasks() if tasks is None else tasks
         rows = []
-        for run in self.job.runs:
-            rows.append({"task": run.name, "address": run.task.address, "gpus": run.task.gpus,
-                         "state": run.status_text(), "exit": run.status,
-                         "stopped": run.stopped, "restarts": run.restarts,
-                         "pid": run.handle.pid if run.handle is not None else None,
-                         "duration": round(run.duration(), 3),
-                         "since": (round(time.time() - run.duration(), 3)
-                                   if run.running else None),
-                         "log": os.path.relpath(run.log_path, self.run_dir)})
+        for task, row in zip(tasks, task_rows(tasks)):
+            rows.append({"task": row["task"], "address": row["address"], "gpus": row["gpus"],
+                         "state": row["status"], "exit": row["exit"],
+                         "stopped": row["stopped"], "restarts": row["restarts"],
+                         "pid": task.pid, "duration": row["duration"],
+                         "since": (round(time.time() - task.duration, 3)
+                                   if task.running else None),
+                         "log": os.path.relpath(row["log"], self.run_dir)})
         return rows
 
     def on_event(self, event: str, fields: dict[str, Any]) -> None:
@@ -312,6 +323,7 @@ class RunState:
         if event == "checkpoint":
             self.update(step=fields.get("step"), checkpoint=fields.get("name"))
         elif event in TASK_EVENTS:
+            self.restarts += event == "restart_scheduled"
             self._rows_changed()
         elif event == "job_ended":
             self._cancel_rows_timer()
@@ -351,11 +363,12 @@ class RunState:
     def _write_rows(self) -> None:
         """Every task's row and the restarts; ``running`` once every task started."""
         self._rows_written = time.monotonic()
-        change: dict[str, Any] = {"tasks": self._rows()}
-        if self.job is not None:
-            change["restarts"] = self.job.restart_count
+        tasks = self._tasks()
+        change: dict[str, Any] = {"tasks": self._rows(tasks)}
+        if self.snapshot is not None:
+            change["restarts"] = self.restarts
             if self.doc["state"] not in ("running", *TERMINAL) and all(
-                    r.handle is not None for r in self.job.runs):
+                    t.started_at is not None for t in tasks):
                 change["state"] = "running"
         self.update(**change)
         if change.get("state") == "running" and self.on_running is not None:

@@ -1,5 +1,5 @@
-"""One vocabulary for what the job loop is told and decides, and the task snapshot monitors
-judge from. Plain data, no launcher import.
+"""One vocabulary for what the job loop is told and decides, and the one task snapshot that
+monitors, the end rules and every table read. Plain data, no launcher import.
 
 A monitor (the coordinator, a liveness probe) looks at a ``TaskState`` snapshot of every
 task and may answer with a ``Decision``:
@@ -14,6 +14,7 @@ or cluster, after ``delay`` s, restart number ``attempt``) or ``fail``.
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass
 
 FINISH, FAIL, LOST, RESTART, IGNORE = "finish", "fail", "lost", "restart", "ignore"
@@ -37,7 +38,8 @@ class Decision:
 
 @dataclass(frozen=True)
 class TaskState:
-    """One task as the job loop sees it at one moment (what monitors judge from)."""
+    """One task as the job loop sees it at one moment: what monitors judge from, what the
+    end rules (launcher/ending.py) read and what every table of tasks shows."""
 
     name: str                  # "ps:0"
     type: str                  # "ps"
@@ -49,3 +51,24 @@ class TaskState:
     started_at: float | None = None  # job-loop clock time of its latest start
     restarting: bool = False   # ended, and its restart is due (alive stays True)
     running: bool = False      # its process runs now (started, not ended)
+    status: int | None = None  # its exit status once ended (-N: killed by signal N)
+    ended_at: float | None = None  # job-loop clock time of its exit
+    quiet_for: float = 0.0     # s since its last output line (or its start)
+    last_line: str = ""        # its last output line
+    duration: float = 0.0      # s from its latest start to its exit (or to now)
+    log: str = ""              # its log file
+    pid: int | None = None     # its process (as the backend reports it)
+    gpus: list[str] | None = None  # the GPUs the launcher placed it on (None: not placed)
+
+    def words(self) -> str:
+        """Its state in words: "not started", "running", the exit status, or the signal
+        that ended it ("stopped (SIGTERM)" when the launcher stopped it, else "killed")."""
+        if self.status is None:
+            return "running" if self.running else "not started"
+        if self.status < 0:
+            try:
+                signame = signal.Signals(-self.status).name
+            except ValueError:
+                signame = f"signal {-self.status}"
+            return f"stopped ({signame})" if self.stopped else f"killed ({signame})"
+        return str(self.status)

@@ -17,8 +17,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from launcher.job import JobResult, TaskRun
+    from launcher.ending import JobResult
     from launcher.output.closing import Closing
+    from orchestrator.decisions import TaskState
 
 STATUS_RULE = ("0: training finished and every task ended (an evaluator that did not "
                "evaluate the final checkpoint is a note, not a failure); training finished "
@@ -32,15 +33,33 @@ SHORT = "training was ended by the launcher, but "
 HEADER = ("task", "address", "exit", "duration", "restarts", "log")
 
 
-def summary_table(runs: list[TaskRun], every_row: str = "summary.json") -> str:
-    """task, address, exit status, duration, log file: one row per task (and each task's
-    GPUs where the launcher placed any); for many tasks, one line per role and the outliers
-    (launcher/output/grouped.py)."""
+def task_rows(tasks: list[TaskState]) -> list[dict[str, Any]]:
+    """One row per task, from the tasks' snapshots: what summary.json keeps, what
+    ``launcher.run`` returns, what state.json (``launch status``) and the closing table
+    show. ``status``: the exit in words."""
+    return [{"task": t.name, "address": t.address, "gpus": t.gpus, "exit": t.status,
+             "status": t.words(), "stopped": t.stopped, "restarts": t.restarts,
+             "duration": round(t.duration, 3), "log": t.log} for t in tasks]
+
+
+def row_cells(row: dict[str, Any], state: str | None = None, secs: float | None = None,
+              log: str | None = None) -> tuple[str, ...]:
+    """A task row as the table's cells (HEADER); ``state``, ``secs`` and ``log`` replace
+    the row's own when given."""
+    return (row["task"], row["address"], state if state is not None else row["status"],
+            f"{secs if secs is not None else row['duration']:.1f}s",
+            str(row.get("restarts") or 0),
+            log if log is not None else row["log"])
+
+
+def summary_table(rows: list[dict[str, Any]], every_row: str = "summary.json") -> str:
+    """task, address, exit status, duration, restarts, log file: one row per task (and
+    each task's GPUs where the launcher placed any); for many tasks, one line per role and
+    the outliers (launcher/output/grouped.py)."""
     from launcher.output.grouped import grouped_table
 
-    rows = [(run.name, run.task.address, run.status_text(), f"{run.duration():.1f}s",
-             str(run.restarts), run.log_path) for run in runs]
-    return grouped_table(rows, every_row, [run.task.gpus for run in runs])
+    return grouped_table([row_cells(row) for row in rows], every_row,
+                         [row.get("gpus") for row in rows])
 
 
 def with_gpus(rows: list[tuple[str, ...]], gpus: list[list[str] | None],
@@ -65,18 +84,18 @@ def rows_table(rows: list[tuple[str, ...]], header: tuple[str, ...] = HEADER) ->
 
 def evaluation_of(result: JobResult, closing: Closing) -> str:
     """``none``, ``evaluated``, ``not evaluated`` or ``failed`` (the evaluator failed)."""
-    failed = any(r.task.type == "evaluator" and r.status not in (None, 0) and not r.stopped
-                 for r in result.runs)
+    failed = any(t.type == "evaluator" and t.status not in (None, 0) and not t.stopped
+                 for t in result.tasks)
     return "failed" if failed and closing.evaluation != "evaluated" else closing.evaluation
 
 
-def script_ended(runs: list[TaskRun]) -> bool:
+def script_ended(tasks: list[TaskState]) -> bool:
     """Whether the user's script ended training itself: its primary task (chief, else
     master, else worker 0) exited 0 without being stopped."""
     from orchestrator.roles import PRIMARY_ORDER
 
     for type_ in PRIMARY_ORDER:
-        primary = next((r for r in runs if r.task.type == type_ and r.task.index == 0), None)
+        primary = next((t for t in tasks if t.name == f"{type_}:0"), None)
         if primary is not None:
             return primary.status == 0 and not primary.stopped
     return False
@@ -87,7 +106,7 @@ def verdict(result: JobResult, closing: Closing) -> str | None:
     launcher ended training (max_steps seen in the chief's events file, timeouts.finish)
     while the newest complete checkpoint is short of max_steps."""
     if result.status != 0 or closing.max_steps is None or not closing.readable or \
-            script_ended(result.runs):
+            script_ended(result.tasks):
         return None
     ckpt, step = closing.checkpoint, closing.final_step
     if step is not None and step >= closing.max_steps:
@@ -100,14 +119,14 @@ def verdict(result: JobResult, closing: Closing) -> str | None:
     else:
         where = f"the newest complete checkpoint {ckpt.name} is short of max_steps " \
                 f"{closing.max_steps}"
-    return f"{SHORT}{where}, and {_primary_name(result.runs)} did not exit 0 by itself"
+    return f"{SHORT}{where}, and {_primary_name(result.tasks)} did not exit 0 by itself"
 
 
-def _primary_name(runs: list[TaskRun]) -> str:
+def _primary_name(tasks: list[TaskState]) -> str:
     from orchestrator.roles import PRIMARY_ORDER
 
     for type_ in PRIMARY_ORDER:
-        if any(r.task.type == type_ for r in runs):
+        if any(t.type == type_ for t in tasks):
             return f"{type_}:0"
     return "the primary task"
 
@@ -137,7 +156,7 @@ def closing_lines(result: JobResult, closing: Closing) -> list[str]:
 
 def summary_doc(result: JobResult, closing: Closing, rows: list[dict[str, Any]]
                 ) -> dict[str, Any]:
-    """summary.json; ``rows``: one per task (launcher.api.task_rows)."""
+    """summary.json; ``rows``: one per task (task_rows)."""
     return {"status": result.status, "reason": result.reason,
             "duration": round(result.duration, 3),
             "training": training_of(result), "evaluation": evaluation_of(result, closing),

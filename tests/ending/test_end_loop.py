@@ -20,7 +20,7 @@ VANISHED = ["Traceback (most recent call last):", '  File "t.py", line 9, in <mo
 
 
 def status(result, name: str) -> str:
-    return next(r.status_text() for r in result.runs if r.name == name)
+    return next(t.words() for t in result.tasks if t.name == name)
 
 
 class Model:

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from launcher.ending import EVAL_QUIET, WORKER_GRACE, EndStep, TaskView, TrainingView, end_step
+from launcher.ending import EVAL_QUIET, WORKER_GRACE, EndStep, TrainingView, end_step
+from orchestrator.decisions import TaskState
 
 TIMEOUTS = {"finish": 30.0, "evaluator": 900.0, "poll": 1.0}
 
 
-def cluster(**states) -> list[TaskView]:
+def cluster(**states) -> list[TaskState]:
     """ps:0, chief:0, worker:0, worker:1, evaluator:0 running unless given otherwise."""
     out = []
     for name in ("ps:0", "chief:0", "worker:0", "worker:1", "evaluator:0"):
         state = states.get(name.replace(":", "_"), {})
-        out.append(TaskView(name, name.split(":")[0], **{"running": True, **state}))
+        out.append(TaskState(name, name.split(":")[0], **{"running": True, **state}))
     return out
 
 
@@ -85,7 +86,7 @@ def test_a_chief_that_evaluates_after_training_gets_timeouts_finish():
 def test_ps_stopped_once_no_trainer_runs_or_is_due_to_restart():
     done = dict(chief_0=EXITED, worker_0=EXITED, worker_1=EXITED)
     assert step(cluster(**done)).stop == ("ps:0",)
-    due = dict(done, worker_1={"running": False, "status": -9, "restart_due": True})
+    due = dict(done, worker_1={"running": False, "status": -9, "restarting": True})
     assert step(cluster(**due)) == EndStep()
 
 
@@ -124,7 +125,7 @@ def test_the_evaluator_window_runs_from_the_end_of_the_trainers():
 
 
 def test_an_evaluator_due_to_restart_is_waited_for_within_the_window():
-    due = dict(TRAINED, evaluator_0={"running": False, "status": 1, "restart_due": True})
+    due = dict(TRAINED, evaluator_0={"running": False, "status": 1, "restarting": True})
     assert step(cluster(**due), now=500.0, trainers_done_at=100.0) == EndStep()
     assert step(cluster(**due), now=1000.0, trainers_done_at=100.0).done
 

@@ -58,7 +58,7 @@ def test_stopped_by_the_launcher_short_of_max_steps_is_a_failure(tmp_path):
     assert why == ("training was ended by the launcher, but the newest complete checkpoint "
                    "model.ckpt-40 is short of max_steps 100, and chief:0 did not exit 0 by "
                    "itself")
-    doc = summary_doc(result.__class__(1, why, result.runs, result.duration,
+    doc = summary_doc(result.__class__(1, why, result.tasks, result.duration,
                                        result.training_finished), closing, [])
     assert (doc["status"], doc["training"]) == (1, "stopped short")
     assert doc["status_rule"] == STATUS_RULE and "short of max_steps" in STATUS_RULE

@@ -32,7 +32,7 @@ def test_the_deadline_ends_the_job_with_its_reason_and_stops_the_ps_last(tmp_pat
     assert result.reason == ("the job's deadline passed (timeouts.job = 30s): every task is "
                              "stopped")
     assert 30 <= result.duration < 30.2
-    assert all(r.stopped and r.status == -signal.SIGTERM for r in result.runs)
+    assert all(r.stopped and r.status == -signal.SIGTERM for r in result.tasks)
     # trainers and the evaluator first, the ps once they are gone
     assert stopping_events(tmp_path) == [["chief:0", "worker:0", "evaluator:0"], ["ps:0"]]
 

@@ -24,7 +24,7 @@ def spec(**extra) -> dict:
 
 
 def status(result, name: str) -> str:
-    return next(r.status_text() for r in result.runs if r.name == name)
+    return next(t.words() for t in result.tasks if t.name == name)
 
 
 def test_tasks_start_ps_first_and_evaluator_last(tmp_path):
@@ -116,7 +116,7 @@ def test_a_lost_ps_restarts_the_whole_cluster_after_the_backoff(tmp_path):
     assert all(2 + 4 <= t < 2 + 4.2 for t in restarted_at)      # backoff 4 s
     assert "ps:0 was killed by SIGKILL; restarting the whole cluster from the newest " \
            "checkpoint in 4s (restart 1 of 1)" in out.getvalue()
-    assert [r.restarts for r in result.runs] == [1, 1, 1, 1]
+    assert [t.restarts for t in result.tasks] == [1, 1, 1, 1]
 
 
 def test_a_worker_killed_by_a_signal_is_restarted_alone(tmp_path):

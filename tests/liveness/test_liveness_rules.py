@@ -234,7 +234,7 @@ def test_a_frozen_worker_is_killed_at_once_and_restarted_alone(tmp_path):
         "has not answered TensorFlow's gRPC for 4 s; restarting worker:0 in 1s (restart 1 "
         "of 3)") for line in out.lines), out.getvalue()
     assert backend.handles["worker:0"][0].signals == [signal.SIGKILL]   # no SIGTERM first
-    assert job.runs[2].restarts == 1
+    assert result.tasks[2].restarts == 1
 
 
 def test_with_policy_never_a_frozen_ps_fails_the_job_naming_it(tmp_path):

@@ -1,0 +1,239 @@
+"""Task mechanics: start a job's task processes, pump their output, reap their exits and
+stop them (SIGTERM, then SIGKILL), as torch elastic keeps its ``PContext`` apart from the
+agent. What to do about an exit is the job loop's policy (launcher/job.py); what a task
+looks like at one moment is one snapshot type, ``orchestrator.decisions.TaskState``."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import IO, Callable
+
+from launcher.backends.base import Backend, TaskHandle
+from launcher.events import EventLog
+from launcher.output.console import Console
+from launcher.output.noise import latest_state
+from launcher.output.task_output import pump
+from launcher.plan import TaskPlan
+from launcher.tracebacks import last_exception
+from orchestrator.decisions import TaskState
+from orchestrator.roles import PRIMARY_ORDER
+
+TAIL_LINES = 20
+EXITING_GRACE = 1.0     # s a task dying of its own error gets before it is stopped
+SIGNALLED = (-signal.SIGTERM, -signal.SIGKILL, 128 + signal.SIGTERM, 128 + signal.SIGKILL)
+RESTART_COUNT = "TFCLUSTER_RESTART_COUNT"
+
+
+@dataclass
+class TaskRun:
+    """Runtime state of one task (mutable; the job loop and its readers see snapshots)."""
+
+    task: TaskPlan
+    log_path: str
+    handle: TaskHandle | None = None
+    started: float | None = None
+    ended: float | None = None
+    status: int | None = None
+    stopped: bool = False          # ended because the launcher stopped it
+    restarts: int = 0
+    last_output: float | None = None   # job-loop clock time of its last output line
+    tail: collections.deque = field(default_factory=lambda: collections.deque(maxlen=TAIL_LINES))
+    pump: threading.Thread | None = None
+
+    @property
+    def name(self) -> str:
+        return self.task.name
+
+    @property
+    def running(self) -> bool:
+        return self.handle is not None and self.status is None
+
+    def duration(self, now: float) -> float:
+        if self.started is None:
+            return 0.0
+        return (self.ended if self.ended is not None else now) - self.started
+
+    def snapshot(self, now: float, restarting: bool = False) -> TaskState:
+        """This task at ``now`` (job-loop clock). ``restarting``: it ended and the job loop
+        is about to start it again: it is alive, its restart policy already acted."""
+        ended = self.status is not None and not restarting
+        quiet_since = self.last_output if self.last_output is not None else \
+            self.started if self.started is not None else now
+        state = TaskState(self.name, self.task.type, self.task.address, alive=not ended,
+                          stopped=self.stopped, restarts=self.restarts,
+                          started_at=self.started, restarting=restarting,
+                          running=self.running, status=self.status, ended_at=self.ended,
+                          quiet_for=now - quiet_since,
+                          last_line=self.tail[-1] if self.tail else "",
+                          duration=self.duration(now), log=self.log_path,
+                          pid=self.handle.pid if self.handle is not None else None,
+                          gpus=self.task.gpus)
+        return dataclasses.replace(state, exit_status=state.words() if ended else None)
+
+
+def restarted(task: TaskPlan, restarts: int) -> TaskPlan:
+    """The task as its ``restarts``-th restart starts: TFCLUSTER_RESTART_COUNT counts the
+    run's earlier attempts (the plan's value: a requeued Slurm job) plus these restarts."""
+    if not restarts:
+        return task
+    base = int(task.env.get(RESTART_COUNT, "0") or 0)
+    return dataclasses.replace(task, env={**task.env, RESTART_COUNT: str(base + restarts)})
+
+
+class Tasks:
+    """The processes of a plan's tasks on a backend: started, their output pumped into
+    their logs and the console, their exits reaped, stopped on demand."""
+
+    def __init__(self, plan_tasks: list[TaskPlan], backend: Backend, run_dir: str,
+                 console: Console, events: EventLog, clock: Callable[[], float] = time.monotonic,
+                 wait: Callable[[float], object] | None = None, kill_timeout: float = 5.0):
+        self.backend = backend
+        self.console = console
+        self.events = events
+        self.clock = clock
+        self.wait = wait or self._wait_for_output
+        self.kill_timeout = kill_timeout
+        os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
+        self.runs = [TaskRun(t, os.path.join(run_dir, "logs", f"{t.type}-{t.index}.log"))
+                     for t in plan_tasks]
+        self.wake = threading.Event()  # set when a task's output ends: it is likely exiting
+        self._ended: list[TaskRun] = []     # reaped, not yet taken
+
+    # ------------------------------------------------------------------ queries
+    def run_of(self, type_: str, index: int = 0) -> TaskRun | None:
+        return next((r for r in self.runs if r.task.type == type_ and r.task.index == index),
+                    None)
+
+    def named(self, name: str) -> TaskRun | None:
+        return next((r for r in self.runs if r.name == name), None)
+
+    @property
+    def primary(self) -> TaskRun:
+        for type_ in PRIMARY_ORDER:
+            run = self.run_of(type_, 0)
+            if run is not None:
+                return run
+        raise ValueError("plan has no trainer")
+
+    def live(self) -> list[TaskRun]:
+        return [r for r in self.runs if r.running]
+
+    def snapshot(self, restarting: set[str] | dict[str, float] = frozenset()) -> list[TaskState]:
+        """Every task now; those named in ``restarting`` are about to start again."""
+        now = self.clock()
+        return [r.snapshot(now, r.name in restarting) for r in self.runs]
+
+    def _wait_for_output(self, secs: float) -> None:
+        self.wake.wait(secs)
+        self.wake.clear()
+
+    # ------------------------------------------------------------------ mechanics
+    def start(self, run: TaskRun) -> None:
+        """Start the task (again, after a restart: its log is appended to)."""
+        mode = "ab" if run.restarts else "wb"
+        log = open(run.log_path, mode)  # noqa: SIM115 - closed by the pump thread
+        run.tail.clear()
+        if run.pump is not None:
+            run.pump.join(timeout=2)
+        run.handle = self.backend.start(restarted(run.task, run.restarts))
+        run.started, run.ended, run.status, run.stopped = self.clock(), None, None, False
+        run.last_output = None
+        self.events.write("task_started", task=run.name, address=run.task.address,
+                          pid=run.handle.pid, restarts=run.restarts)
+        run.pump = threading.Thread(target=self._pump, args=(run, run.handle, log),
+                                    name=f"pump-{run.name}", daemon=True)
+        run.pump.start()
+
+    def _pump(self, run: TaskRun, handle: TaskHandle, log: IO[bytes]) -> None:
+        def raw(data: bytes) -> None:
+            log.write(data)
+            log.flush()
+
+        def line(text: str, partial: bool) -> None:
+            if not partial:     # a bar being redrawn is shown, its whole line kept
+                run.tail.append(latest_state(text))
+            run.last_output = self.clock()
+            self.console.task_line(run.name, text)
+
+        try:
+            if handle.output is not None:
+                pump(handle.output, raw, line, self.clock)
+        except (OSError, ValueError):
+            pass
+        finally:
+            log.close()
+            self.wake.set()
+
+    def reap(self) -> list[TaskRun]:
+        """Record tasks that ended since the last turn; return them."""
+        ended = []
+        for run in self.runs:
+            if run.running:
+                status = run.handle.poll()
+                if status is not None:
+                    run.status, run.ended = status, self.clock()
+                    if run.stopped and status > 0 and status not in SIGNALLED:
+                        run.stopped = False     # it failed by itself as it was stopped
+                    self.events.write("task_exited", task=run.name, status=status,
+                                      stopped=run.stopped,
+                                      duration=round(run.duration(self.clock()), 3))
+                    ended.append(run)
+        self._ended.extend(ended)
+        return ended
+
+    def take_ended(self) -> list[TaskRun]:
+        """Every task reaped since the last call, also those reaped while stopping others."""
+        self.reap()
+        ended, self._ended = self._ended, []
+        return ended
+
+    def stop(self, runs: list[TaskRun], reason: str, kill: bool = False) -> None:
+        """SIGTERM, then SIGKILL after ``kill_timeout`` (at once with ``kill``); wait until
+        every one is gone."""
+        runs = [r for r in runs if r.running]
+        if not runs:
+            return
+        self.events.write("stopping", tasks=[r.name for r in runs], reason=reason,
+                          signal="SIGKILL" if kill else "SIGTERM")
+        self._let_exiting_tasks_end(runs)
+        for run in runs:
+            if run.handle.poll() is not None:
+                continue        # it ended by itself: reaped below with its own status
+            run.stopped = True
+            if not kill:
+                run.handle.terminate()
+        deadline = self.clock() + (0.0 if kill else self.kill_timeout)
+        while any(r.running for r in runs) and self.clock() < deadline:
+            self.wait(0.02)
+            self.reap()
+        for run in runs:
+            if run.running:
+                run.handle.kill()
+        while any(r.running for r in runs):
+            self.wait(0.02)
+            self.reap()
+
+    def _let_exiting_tasks_end(self, runs: list[TaskRun]) -> None:
+        """A task whose last lines, just printed, end a traceback is dying of its own error
+        (TensorFlow's teardown takes a moment): give it up to ``EXITING_GRACE`` s, so that
+        it ends with its own status and is not reported as stopped."""
+        now = self.clock()
+        exiting = [r for r in runs if r.running and r.last_output is not None and
+                   now - r.last_output < 2 * EXITING_GRACE and
+                   last_exception(list(r.tail)) is not None]
+        deadline = now + EXITING_GRACE
+        while any(r.running for r in exiting) and self.clock() < deadline:
+            self.wait(0.02)
+            self.reap()
+
+    def join_output(self, run: TaskRun | None = None, timeout: float = 2) -> None:
+        """Wait for the output of ``run`` (every task when None) to be read to its end."""
+        for r in [run] if run is not None else self.runs:
+            if r.pump is not None:
+                r.pump.join(timeout=timeout)
