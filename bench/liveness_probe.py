@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO)]
 
 from launcher.backends.local import free_port  # noqa: E402
-from launcher.liveness import PROBE_PERIOD, GrpcProber, LivenessMonitor  # noqa: E402
+from launcher.monitors.liveness import PROBE_PERIOD, GrpcProber, LivenessMonitor  # noqa: E402
 from orchestrator.decisions import TaskState  # noqa: E402
 
 PY_TF215 = str(REPO / ".venv" / "bin" / "python")

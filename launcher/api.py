@@ -144,8 +144,8 @@ def run(spec, command: list[str] | None = None, *, local: bool = False, quiet: b
 
 def start(spec, backend, command: list[str] | None, options, console=None) -> RunResult:
     """The checks of the environment, the backend's resources, the plan, then the run."""
-    from launcher.environment import check_fsspec_driver, check_run_dir
-    from launcher.runs import runs_root
+    from launcher.preflight.environment import check_fsspec_driver, check_run_dir
+    from launcher.runs.registry import runs_root
 
     command = list(command) if command is not None else None
     check_fsspec_driver(spec.model_dir)
@@ -251,17 +251,17 @@ def render_dry_run(plan, backend, as_json: bool = False, extra: str | None = Non
 
 
 def default_run_dir(spec, run_id: str) -> str:
-    from launcher.runs import runs_root
+    from launcher.runs.registry import runs_root
 
     return os.path.join(spec.run_dir or runs_root(), run_id)
 
 
 def execute(spec, backend, plan, command, args, on_running=None, console=None) -> RunResult:
-    """Run the job attached; its state goes into the run registry (launcher/runs.py);
+    """Run the job attached; its state goes into the run registry (launcher/runs/registry.py);
     ``on_running(state)`` is called once every task started. ``args``: RunOptions, or
     launch's argparse namespace."""
     from launcher.output.console import make_console
-    from launcher.runs import RunLog, open_state
+    from launcher.runs.registry import RunLog, open_state
 
     run_dir = args.run_dir or default_run_dir(spec, plan.run_id)
     os.makedirs(run_dir, exist_ok=True)
@@ -356,7 +356,7 @@ def _execute(spec, backend, plan, command, args, run_dir, events, state,
     try:
         backend.preflight(plan)
         place(plan, backend.gpu_machines(plan))
-        from launcher.storage_check import preflight_model_dir
+        from launcher.preflight.storage_check import preflight_model_dir
         if preflight_model_dir(plan, backend, args.retrain, console, events):
             return RunResult(0, "model_dir already holds a checkpoint at max_steps", run_dir,
                              run_id=plan.run_id)
@@ -410,7 +410,7 @@ def _execute(spec, backend, plan, command, args, run_dir, events, state,
 
 def _seen_evaluated(monitors: list) -> int | None:
     """The newest evaluated step the coordinator saw while the job ran."""
-    from launcher.monitors import CoordinatorMonitor
+    from launcher.monitors.coordinator import CoordinatorMonitor
 
     for monitor in monitors:
         if isinstance(monitor, CoordinatorMonitor):

@@ -18,16 +18,16 @@ from launcher.signals import catch
 SUBCOMMANDS = {
     "report": "launcher.output.report",
     "evaluate": "orchestrator.offline_eval",
-    "list": "launcher.run_commands:list_main",
-    "status": "launcher.run_commands:status_main",
-    "logs": "launcher.run_commands:logs_main",
-    "cancel": "launcher.run_commands:cancel_main",
+    "list": "launcher.runs.commands:list_main",
+    "status": "launcher.runs.commands:status_main",
+    "logs": "launcher.runs.commands:logs_main",
+    "cancel": "launcher.runs.commands:cancel_main",
 }
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):
-        from launcher.remote_bootstrap import shown
+        from launcher.backends.remote_bootstrap import shown
 
         self.print_usage(sys.stderr)
         self.exit(2, f"{self.prog}: error: {shown(message)}\n")
@@ -126,7 +126,7 @@ def _guard(fn) -> int:
         discard()
         return 0
     except UsageError as e:
-        from launcher.remote_bootstrap import shown
+        from launcher.backends.remote_bootstrap import shown
 
         text = "\n".join(shown(line) for line in str(e).split("\n"))
         print(f"launch: error: {text}", file=sys.stderr)
@@ -153,7 +153,7 @@ def run_cli(argv: list[str]) -> int:
 
     spec, backend = api.prepare(args.spec, command, local=args.local)
     if args.detach and not args.in_allocation:
-        from launcher.detach import detach
+        from launcher.runs.detach import detach
         return detach(spec, backend, command, args)
     backend.inside_job = args.in_allocation
     if args.dry_run:

@@ -20,7 +20,7 @@ launcher/tasks.py, the engines' in the backends. The end of a job:
   task, as does the whole-job deadline ``timeouts.job``: trainers and the evaluator first,
   the ps once they are gone (``teardown``).
 
-Readiness: with ``readiness`` (the liveness monitor, launcher/liveness.py), a ps that has
+Readiness: with ``readiness`` (the liveness monitor, launcher/monitors/liveness.py), a ps that has
 not answered TensorFlow's gRPC ``timeouts.start`` seconds after its (re)start fails the job
 (exit 1), naming it. Every task starts at once: holding the trainers until the ps answer
 did not shorten the time to the first step (docs/benchmarks.md, "Readiness gate"). A task a
@@ -56,7 +56,7 @@ from orchestrator.decisions import CLUSTER, FAIL, FINISH, IGNORE, LOST, Decision
 from orchestrator.roles import TRAINERS
 
 if TYPE_CHECKING:
-    from launcher.monitors import Monitor
+    from launcher.monitors.coordinator import Monitor
 
 PORT_IN_USE = ("Address already in use", "Failed to add port", "bind: address")
 # TensorFlow's words when the script's own model_dir is not the one in TF_CONFIG.
@@ -115,9 +115,9 @@ class Job:
         """The monitors of a job by default: the coordinator, watching model_dir, the
         whole-job deadline (``timeouts.job``) and, where the backend reaches the tasks, the
         liveness probe of their TF servers (also the job's ``readiness``)."""
-        from launcher.deadline import deadline_monitor
-        from launcher.liveness import liveness_monitor
-        from launcher.monitors import CoordinatorMonitor
+        from launcher.monitors.coordinator import CoordinatorMonitor
+        from launcher.monitors.deadline import deadline_monitor
+        from launcher.monitors.liveness import liveness_monitor
         from orchestrator.coordinator import Coordinator
 
         t = self.plan.timeouts
@@ -279,7 +279,7 @@ class Job:
         """What model_dir says: the ``training`` callable given, else the coordinator's."""
         source = self.training
         if source is None:
-            from launcher.monitors import CoordinatorMonitor
+            from launcher.monitors.coordinator import CoordinatorMonitor
 
             source = next((m.training_view for m in self.monitors
                            if isinstance(m, CoordinatorMonitor)), None)

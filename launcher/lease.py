@@ -64,7 +64,7 @@ class Holder:
     @classmethod
     def me(cls, run_id: str, run_dir: str = "", slurm_job: str = "") -> Holder:
         """This launcher process as the holder of ``run_id``."""
-        from launcher.runs import process_started
+        from launcher.runs.registry import process_started
 
         now = time.time()
         return cls(run_id, socket.gethostname(), os.getpid(), now, now,
@@ -102,7 +102,7 @@ def gone(holder: Holder, now: float, host: str | None = None) -> str | None:
     dead on this host (or is another process now), or its heartbeat is older than
     STALE_AFTER. A run whose Slurm job Slurm still holds (queued, requeued, running) is
     not gone, whatever its launcher and heartbeat."""
-    from launcher.runs import process_started
+    from launcher.runs.registry import process_started
 
     if holder.slurm_job and slurm_holds(holder.slurm_job):
         return None
@@ -129,7 +129,7 @@ def slurm_holds(job: str) -> bool:
 def follow_command(holder: Holder) -> str:
     """How to follow the holding run from here: its run id, or its run directory when the
     id does not find it under this run root."""
-    from launcher.runs import RunError, find_run
+    from launcher.runs.registry import RunError, find_run
 
     try:
         if not holder.run_dir or os.path.samefile(find_run(holder.run_id), holder.run_dir):

@@ -118,7 +118,7 @@ class Backend(ABC):
     # Every task is a process of this machine (it sees the launcher's filesystem).
     local_processes: ClassVar[bool] = False
     # The launcher can reach the tasks' addresses (their TF servers' gRPC): readiness and
-    # liveness probes (launcher/liveness.py) work. Not from outside a Kubernetes cluster.
+    # liveness probes (launcher/monitors/liveness.py) work. Not from outside a Kubernetes cluster.
     reachable: ClassVar[bool] = True
     # An address without a port gets one picked anew at every start (--dry-run says so).
     ports_picked_at_start: ClassVar[bool] = True

@@ -42,10 +42,10 @@ from dataclasses import dataclass
 from launcher import gpus
 from launcher.backends.base import Backend, ProbeResult, TaskHandle
 from launcher.backends.options import option
+from launcher.backends.processes import dies_with_parent, free_port, port_taken, task_environ
 from launcher.errors import PreflightError, SpecError
 from launcher.model_dir import ModelDir
 from launcher.plan import JobPlan, TaskPlan
-from launcher.processes import dies_with_parent, free_port, port_taken, task_environ
 from launcher.spec import Address
 
 DEFAULT_IMAGE = "tfcluster:tf2.15"
@@ -186,7 +186,7 @@ class DockerBackend(Backend):
 
     @property
     def reachable(self) -> bool:  # type: ignore[override]
-        """The tasks' TF servers answer the launcher's gRPC probe (launcher/liveness.py) on
+        """The tasks' TF servers answer the launcher's gRPC probe (launcher/monitors/liveness.py) on
         the host network; on a user-defined network their addresses are aliases inside it."""
         return self.host_network
 

@@ -1,6 +1,7 @@
 """Local backend: every task is a process on this machine, in a process group of its own.
 
-If the launcher dies, even by SIGKILL, its tasks end within seconds (launcher/processes.py).
+If the launcher dies, even by SIGKILL, its tasks end within seconds
+(launcher/backends/processes.py).
 A task that ends takes the rest of its process group along.
 """
 
@@ -14,16 +15,22 @@ from collections.abc import Iterable
 from typing import Any
 
 from launcher.backends.base import Backend, ExecWatch, NotStarted, ProbeResult, TaskHandle
-from launcher.environment import check_local_programs
+from launcher.backends.processes import (
+    ProcessHandle,
+    dies_with_parent,
+    free_port,
+    port_taken,
+    task_environ,
+)
+from launcher.backends.remote_bootstrap import refusal_in_words, refused_status, start_failure_line
+from launcher.backends.watchdog import Watchdog
 from launcher.errors import PreflightError
 from launcher.plan import JobPlan, Reservation, TaskPlan
-from launcher.processes import ProcessHandle, dies_with_parent, free_port, port_taken, task_environ
-from launcher.remote_bootstrap import refusal_in_words, refused_status, start_failure_line
+from launcher.preflight.environment import check_local_programs
 from launcher.spec import Address
-from launcher.watchdog import Watchdog
 
 LOCALHOST = "localhost"
-# what setpriv (launcher/processes.py: dies_with_parent) says when the task's exec fails
+# what setpriv (launcher/backends/processes.py: dies_with_parent) says when the task's exec fails
 SETPRIV_FAILED = re.compile(r"^setpriv: failed to execute (?P<program>.+?): (?P<reason>[^:]+)$")
 
 

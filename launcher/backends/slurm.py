@@ -36,15 +36,15 @@ from typing import Any
 from launcher import gpus
 from launcher.backends.base import Backend, ProbeResult, TaskHandle
 from launcher.backends.options import option
+from launcher.backends.processes import ProcessHandle, dies_with_parent, free_port, task_environ
+from launcher.backends.watchdog import Watchdog
 from launcher.errors import PreflightError, SpecError
 from launcher.plan import JobPlan, Reservation, TaskPlan
-from launcher.processes import ProcessHandle, dies_with_parent, free_port, task_environ
 from launcher.spec import (
     ROLES,
     Address,
     resources_for,
 )
-from launcher.watchdog import Watchdog
 
 DEFAULT_SIGNAL_LEAD = 120          # seconds before the time limit for the warning signal
 CANCEL_WAIT = 120.0                # seconds for the launcher's teardown after `launch cancel`
@@ -448,7 +448,7 @@ class SlurmBackend(Backend):
     def preflight(self, plan: JobPlan) -> None:
         """Each task's working directory and program, checked on its node (one probe step
         per node) before any task starts."""
-        from launcher.environment import check_programs_by_probe
+        from launcher.preflight.environment import check_programs_by_probe
 
         self._plan_tasks = {t.name: t for t in plan.tasks}
         check_programs_by_probe(plan, self)

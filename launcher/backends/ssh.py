@@ -1,7 +1,7 @@
 """SSH backend: every task runs on its host through the system OpenSSH client (``ssh``), so
 the user's ~/.ssh/config, agent and ProxyJump work as they do in a terminal.
 
-On each host a small bootstrap (launcher/remote_bootstrap.py) receives the task's argv,
+On each host a small bootstrap (launcher/backends/remote_bootstrap.py) receives the task's argv,
 environment and working directory as JSON on stdin, so no shell parses them, and runs the
 task in a session of its own. Signals travel to it as control lines on the same stdin; when
 that stdin ends (teardown, the launcher dies, the connection drops) the bootstrap ends the
@@ -35,13 +35,13 @@ from launcher import gpus, remote_bootstrap
 from launcher.backends.base import Backend, ProbeResult, TaskHandle
 from launcher.backends.options import option
 from launcher.backends.options import parse as parse_section
+from launcher.backends.processes import dies_with_parent
 from launcher.errors import PreflightError, SpecError
 from launcher.plan import JobPlan, TaskPlan
-from launcher.processes import dies_with_parent
+from launcher.preflight.storage_check import probe_python
 from launcher.spec import (
     expect_str,
 )
-from launcher.storage_check import probe_python
 
 # OpenSSH options the backend sets itself or that have their own key in the ssh section.
 RESERVED = {"batchmode": "", "stricthostkeychecking": "strict_host_key_checking",

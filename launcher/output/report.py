@@ -178,7 +178,7 @@ def load_run(run_dir: str, model_dir: str | None = None) -> RunData:
     model_dir = model_dir or resolve_model_dir(str(plan.get("model_dir", "")), run_dir, plan)
     if not model_dir:
         raise UsageError(f"{plan_path} names no model_dir; give --model-dir")
-    from launcher.environment import check_fsspec_driver
+    from launcher.preflight.environment import check_fsspec_driver
 
     check_fsspec_driver(model_dir)
     try:

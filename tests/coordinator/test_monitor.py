@@ -10,7 +10,7 @@ import fsspec
 from tf_writes import FakeTrainer
 
 from launcher.events import EventLog, read_events
-from launcher.monitors import CoordinatorMonitor
+from launcher.monitors.coordinator import CoordinatorMonitor
 from launcher.output.console import Console
 from orchestrator.coordinator import Coordinator
 from orchestrator.decisions import TaskState

@@ -19,8 +19,8 @@ from launcher.events import EventLog, read_events
 from launcher.output.console import Console
 from launcher.output.progress import progress_line
 from launcher.plan import build_plan
+from launcher.preflight.storage_check import PROBE_PREFIX, already_trained, check_shared_storage
 from launcher.spec import parse_spec
-from launcher.storage_check import PROBE_PREFIX, already_trained, check_shared_storage
 from orchestrator.coordinator import Progress
 
 SLEEP = ["-c", "import time; time.sleep(30)"]

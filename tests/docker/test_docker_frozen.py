@@ -17,7 +17,7 @@ from support import REPO, run_dir
 from test_docker_jobs import RUN_LABEL, wait_for, write_spec
 
 MAX_STEPS, UNRESPONSIVE = 300, 5
-PROBE_PERIOD = 2    # launcher.liveness.PROBE_PERIOD
+PROBE_PERIOD = 2    # launcher.monitors.liveness.PROBE_PERIOD
 TESTS = str(REPO / "tests")
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]

@@ -231,8 +231,8 @@ def check_ps_recovered(run: LaunchRun, frozen: Kill, run_dir: Path, model_dir: P
                        probe_period: float = 2.0) -> None:
     """What a user checks after a frozen ps under the default policy: the console named it
     (``host``: a regex of its address' host), within ``unresponsive`` + one probe period
-    of the freeze (its last answer came before it; launcher.liveness.PROBE_PERIOD), it alone
-    was lost and was stopped first, with SIGKILL, the restarted cluster trained on, and
+    of the freeze (its last answer came before it; launcher.monitors.liveness.PROBE_PERIOD),
+    it alone was lost and was stopped first, with SIGKILL, the restarted cluster trained on, and
     the newest checkpoint is readable and at max_steps."""
     stderr = run.stderr_text()
     assert re.search(rf"ps:0 \({host}:\d+\) has not answered TensorFlow's gRPC for "

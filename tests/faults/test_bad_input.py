@@ -116,7 +116,7 @@ def test_bad_input_is_one_clear_error(tmp_path, capsys, case_id, spec, argv, exp
 def write_runs(root: Path) -> None:
     """A run of this version (ok-run, one task), one of another version (old-run) and one
     whose state.json is cut short (cut-run)."""
-    from launcher.runs import VERSION
+    from launcher.runs.registry import VERSION
 
     for name, version in (("ok-run", VERSION), ("old-run", 0)):
         (root / name / "logs").mkdir(parents=True)

@@ -20,7 +20,7 @@ from harness import (
 from support import events, run_dir, run_launch
 
 MAX_STEPS, SAVE_STEPS, UNRESPONSIVE = 300, 50, 8
-PROBE_PERIOD = 2    # launcher.liveness.PROBE_PERIOD
+PROBE_PERIOD = 2    # launcher.monitors.liveness.PROBE_PERIOD
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 

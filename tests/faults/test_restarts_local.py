@@ -140,7 +140,8 @@ def test_launcher_sigkill_ends_tasks_and_their_children(tmp_path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     tasks = wait_for_tasks(10)       # 5 tasks and a child each
     assert len(tasks) == 10
-    watchdogs = [p for p in marked_processes() if "launcher.watchdog" in " ".join(p.cmdline())]
+    watchdogs = [p for p in marked_processes()
+                 if "launcher.backends.watchdog" in " ".join(p.cmdline())]
     assert len(watchdogs) == 1
     proc.kill()
     proc.wait()
@@ -167,7 +168,8 @@ def test_task_children_end_with_the_task(tmp_path):
     spec = write_spec(tmp_path, plan, timeouts={"kill": 1, "finish": 0.5, "evaluator": 0.5})
     assert run_launch(str(spec)).returncode == 0
     assert not wait_gone(timeout=3)
-    assert not [p for p in marked_processes() if "launcher.watchdog" in " ".join(p.cmdline())]
+    assert not [p for p in marked_processes()
+                if "launcher.backends.watchdog" in " ".join(p.cmdline())]
 
 
 def test_explicit_port_in_use_is_an_error_before_anything_starts(tmp_path):
@@ -250,7 +252,7 @@ def test_a_monitor_naming_a_lost_task_goes_through_the_restart_policy(tmp_path):
 
 
 def test_watchdog_ends_registered_groups_when_its_pipe_closes():
-    from launcher.watchdog import Watchdog
+    from launcher.backends.watchdog import Watchdog
 
     dog = Watchdog(grace=1.0)
     ignores_term = subprocess.Popen(
@@ -276,7 +278,7 @@ def test_a_task_gets_sigterm_when_the_thread_that_started_it_is_killed():
     """The parent-death signal alone (no watchdog): a process started through
     dies_with_parent ends when its parent is killed with SIGKILL."""
     parent = subprocess.Popen(
-        [sys.executable, "-c", "import subprocess; from launcher.processes import "
+        [sys.executable, "-c", "import subprocess; from launcher.backends.processes import "
          "dies_with_parent; p = subprocess.Popen(dies_with_parent(['sleep', '600'])); "
          "print(p.pid, flush=True); p.wait()"], stdout=subprocess.PIPE, text=True)
     child = psutil.Process(int(parent.stdout.readline()))

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from launcher.backends.local import LocalBackend
+from launcher.backends.remote_bootstrap import program_problem, start_failure_line
 from launcher.plan import TaskPlan
-from launcher.remote_bootstrap import program_problem, start_failure_line
 
 
 def elf_for(machine: int) -> bytes:

@@ -9,7 +9,7 @@ import signal
 import pytest
 from scripted_backend import Script, ScriptedBackend, run_job
 
-from launcher.deadline import DeadlineMonitor, deadline_monitor
+from launcher.monitors.deadline import DeadlineMonitor, deadline_monitor
 
 CLUSTER = {"chief": 1, "worker": 1, "ps": 1}
 

@@ -62,7 +62,7 @@ def modules_after_import(*names: str) -> set[str]:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_importing_a_backend_does_not_import_the_job_loop(backend):
     loaded = modules_after_import(backend)
-    assert not loaded & {"launcher.job", "launcher.monitors", "launcher.cli"}
+    assert not loaded & {"launcher.job", "launcher.monitors.coordinator", "launcher.cli"}
     assert "tensorflow" not in loaded
 
 

@@ -14,7 +14,7 @@ from support import FakeClock
 
 from launcher.events import EventLog, read_events
 from launcher.job import Job
-from launcher.liveness import Answer, Liveness, LivenessMonitor
+from launcher.monitors.liveness import Answer, Liveness, LivenessMonitor
 from launcher.output.console import Console
 from launcher.plan import build_plan
 from launcher.spec import parse_spec

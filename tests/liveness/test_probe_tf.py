@@ -17,7 +17,7 @@ import pytest
 from support import PY_TF215
 
 from launcher.backends.local import free_port
-from launcher.liveness import GrpcProber
+from launcher.monitors.liveness import GrpcProber
 
 SERVER = str(Path(__file__).with_name("jobs") / "tf_server.py")
 pytestmark = [pytest.mark.tf]

@@ -11,8 +11,8 @@ import pytest
 from scripted_backend import Script, ScriptedBackend, run_job
 
 import launcher
-from launcher.output.summary import summary_table
-from launcher.run_commands import task_table
+from launcher.output.summary import summary_table, task_rows
+from launcher.runs.commands import task_table
 
 pytestmark = pytest.mark.usefixtures("scripted_backend")
 
@@ -32,7 +32,7 @@ def forty_workers(tmp_path):
 def test_closing_table_of_many_tasks_has_a_line_per_role_and_names_the_outliers(tmp_path):
     result, _ = forty_workers(tmp_path)
     assert result.status == 0
-    lines = summary_table(result.runs, "RUN/summary.json").splitlines()
+    lines = summary_table(task_rows(result.tasks), "RUN/summary.json").splitlines()
     roles = [line.split()[:2] for line in lines[1:4]]
     assert roles == [["ps", "2"], ["chief", "1"], ["worker", "40"]]
     worker = lines[3]
@@ -51,7 +51,7 @@ def test_a_failed_task_is_named_among_many(tmp_path):
     result, _ = run_job({"cluster": {"chief": 1, "worker": 30, "ps": 1}},
                         ScriptedBackend(scripts), tmp_path)
     assert result.status == 1
-    table = summary_table(result.runs, "summary.json")
+    table = summary_table(task_rows(result.tasks), "summary.json")
     failed = [line for line in table.splitlines() if " failed " in line]
     assert len(failed) == 1 and failed[0].startswith("worker:12") and " 3 " in failed[0]
 
@@ -60,7 +60,7 @@ def test_a_small_job_keeps_one_row_per_task(tmp_path):
     scripts = {"chief:0": [Script(exit_at=3)], "worker:0": [Script(exit_at=2)]}
     result, _ = run_job({"cluster": {"chief": 1, "worker": 1, "ps": 1}},
                         ScriptedBackend(scripts), tmp_path)
-    lines = summary_table(result.runs).splitlines()
+    lines = summary_table(task_rows(result.tasks)).splitlines()
     assert [line.split()[0] for line in lines] == ["task", "ps:0", "chief:0", "worker:0"]
 
 

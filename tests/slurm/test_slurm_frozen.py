@@ -16,7 +16,7 @@ from support import PY_TF215, run_dir
 from test_slurm_backend import released, write_spec
 
 MAX_STEPS, UNRESPONSIVE = 300, 5
-PROBE_PERIOD = 2    # launcher.liveness.PROBE_PERIOD
+PROBE_PERIOD = 2    # launcher.monitors.liveness.PROBE_PERIOD
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 

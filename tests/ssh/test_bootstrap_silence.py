@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from launcher import remote_bootstrap
+from launcher.backends import remote_bootstrap
 from launcher.backends.ssh import BOOTSTRAP_SOURCE
 
 

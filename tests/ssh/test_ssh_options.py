@@ -8,9 +8,9 @@ import shlex
 import pytest
 from support import run_launch
 
+from launcher.backends.remote_bootstrap import STUB
 from launcher.backends.ssh import SSHBackend, explain_ssh_error, parse_options, remote_command
 from launcher.errors import SpecError
-from launcher.remote_bootstrap import STUB
 
 
 def backend(section: dict | None = None) -> SSHBackend:

@@ -17,7 +17,7 @@ from ssh_specs import write_spec
 from support import PY_TF215
 
 UNRESPONSIVE = 8
-PROBE_PERIOD = 2     # launcher.liveness.PROBE_PERIOD
+PROBE_PERIOD = 2     # launcher.monitors.liveness.PROBE_PERIOD
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 

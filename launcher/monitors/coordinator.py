@@ -64,7 +64,7 @@ class CoordinatorMonitor:
         self.events = events
         self.progress_every = progress_every
         self.clock = clock
-        self.not_answering = not_answering    # tasks silent on gRPC (launcher/liveness.py)
+        self.not_answering = not_answering    # tasks silent on gRPC (launcher/monitors/liveness.py)
         self._started: float | None = None
         self._last_line = ("", 0.0)
         self._decided: tuple[str, str] | None = None

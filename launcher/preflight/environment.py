@@ -9,8 +9,8 @@ import importlib.util
 import os
 import tempfile
 
+from launcher.backends.remote_bootstrap import program_problem, shown
 from launcher.errors import PreflightError
-from launcher.remote_bootstrap import program_problem, shown
 
 # protocol: (a module its driver needs, what to install when that module is missing)
 _S3 = ("s3fs", "pip install 'tfcluster[s3]' (s3fs)")
@@ -97,8 +97,8 @@ def check_programs_by_probe(plan, backend) -> None:
     from concurrent.futures import ThreadPoolExecutor
     from pathlib import Path
 
-    from launcher import remote_bootstrap
-    from launcher.storage_check import probe_python
+    from launcher.backends import remote_bootstrap
+    from launcher.preflight.storage_check import probe_python
 
     source = Path(remote_bootstrap.__file__).read_text(encoding="utf-8")
 

@@ -12,7 +12,7 @@ A launcher may also leave commands to run at that moment (``!["scancel", "12"]``
 argv; ``~`` forgets them): that is how a Slurm allocation is released when the launcher
 that holds it is killed.
 
-Run as ``python -m launcher.watchdog GRACE``; use ``Watchdog`` from the launcher side.
+Run as ``python -m launcher.backends.watchdog GRACE``; use ``Watchdog`` from the launcher side.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class Watchdog:
         read_end, self._write_end = os.pipe()
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "launcher.watchdog", str(grace)], stdin=read_end,
+                [sys.executable, "-m", "launcher.backends.watchdog", str(grace)], stdin=read_end,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
             )
         finally:

@@ -3,7 +3,7 @@ srun steps, ssh's ssh clients): the task's environment, free ports, a process ha
 signals the whole process group, and the parent-death signal.
 
 If the launcher dies, even by SIGKILL, its tasks end within seconds: each gets SIGTERM
-through PR_SET_PDEATHSIG, and a watchdog process (launcher/watchdog.py) ends the task's
+through PR_SET_PDEATHSIG, and a watchdog process (launcher/backends/watchdog.py) ends the task's
 whole process group, children included.
 
 PR_SET_PDEATHSIG is set by util-linux's ``setpriv`` in front of the task's program
@@ -23,8 +23,8 @@ import subprocess
 import sys
 
 from launcher.backends.base import TaskHandle
+from launcher.backends.watchdog import Watchdog
 from launcher.plan import TaskPlan
-from launcher.watchdog import Watchdog
 
 
 @functools.lru_cache(maxsize=1)

@@ -37,7 +37,7 @@ def relaunch_argv(args, command: list[str] | None, run_dir: str, run_id: str) ->
 
 
 def follow_commands(run_id: str, run_dir: str) -> list[str]:
-    from launcher.runs import RunError, find_run
+    from launcher.runs.registry import RunError, find_run
 
     try:
         ref = run_id if os.path.samefile(find_run(run_id), run_dir) else run_dir
@@ -72,7 +72,7 @@ def detach(spec, backend, command: list[str] | None, args) -> int:
 
 def _submit(spec, backend, plan, run_dir: str, relaunch: list[str]) -> int:
     from launcher.api import write_plan
-    from launcher.runs import RunState, describe_handle
+    from launcher.runs.registry import RunState, describe_handle
 
     os.makedirs(run_dir, exist_ok=True)
     state = RunState(run_dir, plan.run_id, plan.name, backend.name, max_steps=plan.max_steps,
@@ -116,7 +116,7 @@ def _daemon(spec, backend, plan, command, args, run_dir: str) -> int:
     if word.startswith("error"):
         _, status, message = word.split(" ", 2)
         raise UsageError(message) if status == "2" else SystemExit(int(status))
-    from launcher.runs import RunError, read_state
+    from launcher.runs.registry import RunError, read_state
 
     try:
         state = read_state(run_dir)

@@ -1,6 +1,6 @@
 """`launch list`, `launch status RUN`, `launch logs RUN [TASK] [-f]`, `launch cancel RUN`:
 follow any run, attached or detached, of any backend, from its run directory's state
-(launcher/runs.py) and, where an engine owns the tasks, from the engine (squeue, kubectl).
+(launcher/runs/registry.py) and, where an engine owns the tasks, from the engine (squeue, kubectl).
 
 Exit status of ``status``: 0 while the run is starting, queued or running, and when it
 succeeded; 1 when it failed, was cancelled, or its launcher died; 2 for an unknown run.
@@ -16,7 +16,7 @@ import time
 from typing import IO
 
 from launcher.output.summary import row_cells, rows_table, with_gpus
-from launcher.runs import (
+from launcher.runs.registry import (
     CANCEL_FILE,
     LIVE,
     RunError,
@@ -88,7 +88,7 @@ def task_table(state: dict, run_dir: str, now: str | None = None, every: bool = 
     run whose launcher died, a task it left running is shown gone or still running.
     ``every``: one row per task, else grouped by role above GROUP_ABOVE tasks."""
     from launcher.output.grouped import grouped_table
-    from launcher.runs import process_started
+    from launcher.runs.registry import process_started
 
     rows = []
     live = state.get("state") in LIVE

@@ -1,4 +1,4 @@
-"""The run registry (launcher/runs.py): atomic state, version guard, finding runs, and the
+"""The run registry (launcher/runs/registry.py): atomic state, version guard, finding runs, and the
 state `launch status` shows for a run whose launcher is gone."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import threading
 
 import pytest
 
-from launcher.run_commands import current_state
-from launcher.runs import RunError, RunState, find_run, read_state
+from launcher.runs.commands import current_state
+from launcher.runs.registry import RunError, RunState, find_run, read_state
 
 
 def new_state(run_dir, run_id="job-1234") -> RunState:
