@@ -128,7 +128,8 @@ class Job:
         if liveness is not None and self.readiness is None:
             self.readiness = liveness
         return [CoordinatorMonitor(coordinator, self.console, self.events,
-                                   not_answering=liveness.not_answering if liveness else None),
+                                   not_answering=liveness.not_answering if liveness else None,
+                                   evaluator_timeout=t["evaluator"]),
                 *deadline_monitor(t, self.clock), *([liveness] if liveness else [])]
 
     # ------------------------------------------------------------------ queries

@@ -19,20 +19,23 @@ and ends the job:
 from __future__ import annotations
 
 import collections
+import re
 import time
 from typing import Any, Callable, Protocol
 
 from launcher.ending import TrainingView
 from launcher.events import EventLog
 from launcher.output.console import Console
-from launcher.output.progress import progress_line
+from launcher.output.progress import FROM_OUTPUT, JobState, progress_line
 from orchestrator.coordinator import Coordinator, Progress
 from orchestrator.decisions import FINISH, Decision, TaskState
+from orchestrator.roles import PRIMARY_ORDER, TRAINERS
 
 TURN = 0.05              # seconds between the job loop's turns
 TICK_COST = 1e-5         # seconds of a monitor's tick per task (measured: bench/scale.py)
 PROGRESS_EVERY = 5.0     # seconds between progress lines while something changes
 PROGRESS_QUIET = 30.0    # ... and while nothing does
+COUNTDOWN = re.compile(r"at most \S+ more")   # a bound counting down is no change
 
 
 def tick_every(tasks: int) -> float:
@@ -58,8 +61,11 @@ class CoordinatorMonitor:
     def __init__(self, coordinator: Coordinator, console: Console, events: EventLog,
                  progress_every: float = PROGRESS_EVERY,
                  clock: Callable[[], float] = time.monotonic,
-                 not_answering: Callable[[], list[str]] | None = None):
+                 not_answering: Callable[[], list[str]] | None = None,
+                 evaluator_timeout: float | None = None):
         self.coordinator = coordinator
+        self.evaluator_timeout = evaluator_timeout
+        self._trainers_ended_at: float | None = None
         self.console = console
         self.events = events
         self.progress_every = progress_every
@@ -100,26 +106,53 @@ class CoordinatorMonitor:
         p = self.coordinator.progress()
         silent = self.not_answering() if self.not_answering else []
         self.console.progress(p, tasks, self._restarts, silent)
-        self._maybe_print(p, now, silent)
+        state = self.job_state(tasks, now)
+        self._maybe_print(p, now, silent, state)
         decision = self.coordinator.judge(tasks)
         if decision is None:
             return None
         if self._decided != (decision.action, decision.reason):
-            if decision.action == FINISH:
-                self._maybe_print(p, now, silent, force=True)   # where training stands at its end
+            if decision.action == FINISH:    # where training stands at its end
+                self._maybe_print(p, now, silent, state, force=True)
             self._decided = (decision.action, decision.reason)
             self.events.write("coordinator", action=decision.action, reason=decision.reason,
                               tasks=list(decision.tasks), step=p.step,
                               checkpoint=p.checkpoint.name if p.checkpoint else None)
         return decision
 
+    def job_state(self, tasks: list[TaskState], now: float) -> JobState:
+        """What the tasks are doing, for the progress line."""
+        trainers = [t for t in tasks if t.type in TRAINERS]
+        running = tuple(t.name for t in trainers if t.running)
+        ended = bool(trainers) and not running and not any(t.restarting for t in trainers)
+        if ended and self._trainers_ended_at is None:
+            self._trainers_ended_at = now
+        elif not ended:
+            self._trainers_ended_at = None
+        finishing = None
+        if self._decided is not None and self._decided[0] == FINISH:
+            finishing = self._decided[1]
+        elif primary_exited_0(tasks):
+            finishing = f"{primary_exited_0(tasks)} exited 0"
+        return JobState(
+            restarting=tuple(t.name for t in tasks if t.restarting), finishing=finishing,
+            trainers=running, trainers_ended=ended,
+            evaluators=tuple(t.name for t in tasks if t.type == "evaluator" and t.running),
+            ps=tuple(t.name for t in tasks if t.type == "ps" and t.running),
+            ended_for=now - self._trainers_ended_at if self._trainers_ended_at else 0.0,
+            evaluator_timeout=self.evaluator_timeout)
+
     def _maybe_print(self, p: Progress, now: float, silent: list[str],
-                     force: bool = False) -> None:
+                     state: JobState | None = None, force: bool = False) -> None:
         last, at = self._last_line
         if now - at < self.progress_every and not force:
             return
-        line = progress_line(p, now - (self._started or now), self._restarts, now, silent)
-        if line != last or now - at >= PROGRESS_QUIET:
+        started = self._started if self._started is not None else now
+        line = progress_line(p, now - started, self._restarts, now, silent,
+                             state)
+        once = line == last and FROM_OUTPUT in line    # said once: the tasks' output follows
+        changed = COUNTDOWN.sub("", line) != COUNTDOWN.sub("", last)  # not the time left alone
+        if changed or (now - at >= PROGRESS_QUIET and not once):
             self.console.progress_line(line)
             self._last_line = (line, now)
 
@@ -133,3 +166,12 @@ class CoordinatorMonitor:
         # The closing lines come from one last read of model_dir (launcher/output/closing.py).
         self.coordinator.stop()
 
+
+def primary_exited_0(tasks: list[TaskState]) -> str | None:
+    """The primary task (chief, else master, else worker 0) when it exited 0 by itself."""
+    for type_ in PRIMARY_ORDER:
+        primary = next((t for t in tasks if t.type == type_ and t.name.endswith(":0")), None)
+        if primary is not None:
+            done = not primary.alive and primary.exit_status == "0" and not primary.stopped
+            return primary.name if done else None
+    return None

@@ -1,12 +1,44 @@
-"""The progress line: where training stands, in one line the console prints every few
-seconds while something changes."""
+"""The progress line: what is happening, in one line the console prints every few seconds
+while something changes.
+
+- training: step / max_steps, the rate over a window of polls and the ETA (or "no new step
+  for 45s" when none came for a while: old figures are never shown as current);
+- restarting: which tasks are about to start again, no rate (a restart is no slow-down);
+- finishing: training is done (max_steps reached, or the script's primary task exited 0)
+  and the trainers still running are waited for;
+- after training: waiting for the evaluator to evaluate the final checkpoint, why it may take
+  a while (TensorFlow's ``start_delay_secs`` / ``throttle_secs``) and the bound
+  (``timeouts.evaluator``); stopping the parameter servers;
+- a job that writes nothing into model_dir (no checkpoint, no summary: MultiWorkerMirrored
+  custom loops, scripts that save elsewhere) gets one line saying its progress comes from
+  its tasks' own output, printed once.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from orchestrator.coordinator import Progress
 
 FIRST_METRICS = ("loss", "accuracy", "auc")   # shown first in the progress line
 QUIET_AFTER = 10.0    # seconds without a new step before the line says so (no stale rate)
+NOTHING_AFTER = 30.0  # s with nothing in model_dir before the line says where progress is
+FROM_OUTPUT = "progress comes from the tasks' own output"   # a line printed once
+START_DELAY, THROTTLE = 120, 600   # TensorFlow's EvalSpec defaults (s)
+
+
+@dataclass(frozen=True)
+class JobState:
+    """What the tasks are doing, for the progress line (launcher/monitors.py fills it)."""
+
+    restarting: tuple[str, ...] = ()      # tasks whose restart is due
+    finishing: str | None = None          # training is done (why) while trainers still run
+    trainers: tuple[str, ...] = ()        # trainers running
+    trainers_ended: bool = False          # every trainer ended: training is over
+    evaluators: tuple[str, ...] = ()      # evaluators running
+    ps: tuple[str, ...] = ()              # parameter servers running
+    ended_for: float = 0.0                # s since the last trainer ended
+    evaluator_timeout: float | None = None   # timeouts.evaluator
 
 
 def duration_text(secs: float) -> str:
@@ -44,20 +76,69 @@ def rate_words(p: Progress, now: float | None) -> list[str]:
     return words
 
 
+def state_words(p: Progress, state: JobState) -> list[str] | None:
+    """What happens instead of training (None: training): restarting, finishing, the
+    evaluator's wait, the ps being stopped."""
+    if state.restarting:
+        return [f"restarting {', '.join(state.restarting)}"]
+    if state.finishing and state.trainers:
+        return [f"finishing ({state.finishing}): waiting for {', '.join(state.trainers)} "
+                f"to end"]
+    if not state.trainers_ended:
+        return None
+    if state.evaluators:
+        return [f"training ended; {evaluator_words(p, state)}"]
+    if state.ps:
+        return ["training ended; stopping the parameter servers"]
+    return ["training ended"]
+
+
+def evaluator_words(p: Progress, state: JobState) -> str:
+    """Why the evaluator is waited for, and for how long at most."""
+    who = ", ".join(state.evaluators)
+    target = p.step
+    if target is not None and p.evaluated_step is not None and p.evaluated_step >= target:
+        return f"the final checkpoint (step {target}) was evaluated; waiting for {who} to end"
+    what = f"the final checkpoint (step {target})" if target is not None else \
+        "the final checkpoint"
+    if p.evaluated_step is None:
+        why = (f"TensorFlow's evaluator waits EvalSpec.start_delay_secs ({START_DELAY}s by "
+               f"default) before its first evaluation")
+    else:
+        why = (f"its last evaluation was at step {p.evaluated_step}; TensorFlow's evaluator "
+               f"waits EvalSpec.throttle_secs ({THROTTLE}s by default) between two")
+    words = f"waiting for {who} to evaluate {what}: {why}"
+    if state.evaluator_timeout is not None:
+        left = max(0.0, state.evaluator_timeout - state.ended_for)
+        words += (f"; at most {duration_text(left)} more (timeouts.evaluator "
+                  f"{state.evaluator_timeout:g}s)")
+    return words
+
+
 def progress_line(p: Progress, waited: float, restarts: int = 0, now: float | None = None,
-                  silent: list[str] | tuple[str, ...] = ()) -> str:
+                  silent: list[str] | tuple[str, ...] = (),
+                  state: JobState | None = None) -> str:
     """One line: where training stands (the step from the events file when it is ahead of
-    the newest complete checkpoint), and how many restarts it took so far. When no new
-    step came for QUIET_AFTER s before ``now``, it says so instead of showing the last
-    rate and ETA as current; ``silent`` names tasks that stopped answering gRPC."""
+    the newest complete checkpoint), what is happening (``state``: see the module
+    docstring), and how many restarts it took so far. ``silent`` names tasks that stopped
+    answering gRPC."""
+    state = state or JobState()
     ckpt, step = p.checkpoint, p.latest_step
+    happening = state_words(p, state)
     if step is None:
-        line = f"checkpoint {ckpt.progress}" if ckpt else \
-            f"waiting for the first checkpoint ({duration_text(waited)})"
+        if ckpt:
+            line = ", ".join([f"checkpoint {ckpt.progress}", *(happening or [])])
+        elif happening:
+            line = happening[0]
+        elif waited >= NOTHING_AFTER and p.events_step is None:
+            line = f"no checkpoint or summary in model_dir yet: {FROM_OUTPUT}"
+        else:
+            line = "waiting for the first checkpoint"
     else:
         total = f"/{p.max_steps} ({100 * min(step, p.max_steps) // p.max_steps}%)" \
             if p.max_steps else ""
-        line = ", ".join([f"step {step}{total}", *rate_words(p, now)])
+        words = happening if happening is not None else rate_words(p, now)
+        line = ", ".join([f"step {step}{total}", *words])
         line += f", checkpoint {ckpt.name}" if ckpt else ", no complete checkpoint yet"
     if p.latest_eval:
         line += f"; {eval_text(p.latest_eval)}"
