@@ -346,6 +346,7 @@ def _execute(spec, backend, plan, command, args, run_dir, events, state,
     from launcher.job import Job, PortConflict
     from launcher.output.summary import (
         closing_lines,
+        ended_words,
         summary_doc,
         summary_table,
         task_rows,
@@ -390,8 +391,8 @@ def _execute(spec, backend, plan, command, args, run_dir, events, state,
         events.write("verdict", status=1, reason=short)
     rows = task_rows(result.tasks)
     table = summary_table(rows, os.path.join(run_dir, "summary.json"))
-    verdict = "succeeded" if result.status == 0 else f"FAILED (exit status {result.status})"
-    console.info(f"job {verdict} after {result.duration:.1f}s: {result.reason}\n{table}")
+    console.info(f"job {ended_words(result.status)} after {result.duration:.1f}s: "
+                 f"{result.reason}\n{table}")
     for line in closing_lines(result, closing):
         console.info(line)
     from launcher.output.metrics_table import metrics_table

@@ -118,8 +118,9 @@ def _trainers(now: float, since: float, tasks: list[TaskState], trainers: list[T
         workers = [t for t in trainers if t is not primary and after >= (
             max(WORKER_GRACE, poll) if estimator and not _in_start_delay(t, now) else poll)]
         if workers:
-            return EndStep(_names(workers), f"{primary.name} saved its final checkpoint and "
-                                            f"exited: {_names_text(workers)} "
+            done = f"saved its final checkpoint (step {training.final_step}) and exited" \
+                if training.final_step is not None else "exited 0 (no checkpoint in model_dir)"
+            return EndStep(_names(workers), f"{primary.name} {done}: {_names_text(workers)} "
                                             f"add{'s' if len(workers) == 1 else ''} nothing "
                                             f"to the model after it")
     saved = training.final_step is not None and training.max_steps is not None and \

@@ -192,7 +192,9 @@ class Job:
             primary = self.tasks.primary
             if self.training_done_at is None and primary.status == 0:
                 self.training_done_at = self.clock()
-                self.console.info(f"{primary.name} finished; waiting for the others to end")
+                others = [r.name for r in self.tasks.live()]
+                self.console.info(f"{primary.name} finished" + (
+                    f"; waiting for {', '.join(others)} to end" if others else ""))
             if self.training_done_at is not None and self._ended_well():
                 return self._finish(0, "training finished and every task ended")
             failure = self._silent_ps()

@@ -26,6 +26,7 @@ from orchestrator.metrics_file import METRICS_FILE
 from orchestrator.sharding import SHARD_MARK
 
 CHECKPOINT_NOTES = ("no checkpoint was written", "the newest complete checkpoint is at")
+EPOCHS_NOTE = "epochs "     # says what the cluster saw by max_steps: only after training
 IGNORED_FACTOR = 2          # newest checkpoint >= this x max_steps: max_steps was ignored
 RECIPE = "docs/ending.md"
 
@@ -132,8 +133,9 @@ def final_read(reader: CheckpointReader, max_steps: int | None, has_evaluator: b
                seen_evaluated: int | None = None) -> Closing:
     """Read model_dir once more and decide the closing lines. When training did not finish
     (a task failed, an interrupt) the failure is the story: no line about where the
-    checkpoints stand. ``seen_evaluated``: the newest evaluated step the coordinator saw
-    while the job ran (an events file can be overwritten since: two writers of one name)."""
+    checkpoints stand, nor about what the cluster saw of its input by max_steps.
+    ``seen_evaluated``: the newest evaluated step the coordinator saw while the job ran (an
+    events file can be overwritten since: two writers of one name)."""
     try:
         ckpt = reader.newest_complete()
         evaluated = newest_evaluated(reader, metrics_eval_step(reader)) if has_evaluator \
@@ -148,7 +150,7 @@ def final_read(reader: CheckpointReader, max_steps: int | None, has_evaluator: b
     notes = closing_notes(c, epochs, read_shard_marks(trainer_logs) if epochs else True,
                           model_dir or reader.model_dir)
     c.notes += notes if training_finished else \
-        [n for n in notes if not n.startswith(CHECKPOINT_NOTES)]
+        [n for n in notes if not n.startswith(CHECKPOINT_NOTES + (EPOCHS_NOTE,))]
     return c
 
 

@@ -101,6 +101,17 @@ def script_ended(tasks: list[TaskState]) -> bool:
     return False
 
 
+def ended_words(status: int) -> str:
+    """How the closing line names the end, as the run registry names the run's state
+    (``launch list``): a run stopped by a signal (Ctrl-C, ``launch cancel``) was cancelled,
+    not failed."""
+    if status == 0:
+        return "succeeded"
+    if status > 128:
+        return f"cancelled (exit status {status})"
+    return f"FAILED (exit status {status})"
+
+
 def verdict(result: JobResult, closing: Closing) -> str | None:
     """Why a job whose tasks all ended did not succeed after all (None: it did): the
     launcher ended training (max_steps seen in the chief's events file, timeouts.finish)

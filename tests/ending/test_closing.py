@@ -74,6 +74,14 @@ def test_epochs_without_any_trainer_reading_its_shard(tmp_path):
     assert final_read(reader, 300, False, epochs=1, trainer_logs=map(str, logs)).notes == []
 
 
+def test_a_run_interrupted_before_its_first_step_gets_no_epochs_note(tmp_path):
+    log = tmp_path / "chief-0.log"
+    log.write_text("2026-12-02 07:42:15: I tensorflow/core/util/port.cc:113] oneDNN\n")
+    c = final_read(model_dir(tmp_path), 300, False, epochs=3, trainer_logs=[str(log)],
+                   training_finished=False)
+    assert c.notes == []
+
+
 def test_the_final_checkpoint_not_evaluated(tmp_path):
     reader = model_dir(tmp_path, 100, 200)
     c = final_read(reader, 200, has_evaluator=True)

@@ -31,9 +31,15 @@ EXITED = {"running": False, "status": 0, "ended_at": 100.0 - WORKER_GRACE}
 def test_workers_go_soon_after_the_chief_of_asynchronous_training_exited():
     just = step(cluster(chief_0=dict(EXITED, ended_at=100.5 - WORKER_GRACE)))
     assert just == EndStep()                # time for workers that end with it
-    s = step(cluster(chief_0=EXITED))
+    s = step(cluster(chief_0=EXITED), TrainingView(max_steps=600, final_step=600))
     assert s.stop == ("worker:0", "worker:1")
-    assert s.reason.startswith("chief:0 saved its final checkpoint and exited")
+    assert s.reason.startswith("chief:0 saved its final checkpoint (step 600) and exited: ")
+
+
+def test_a_chief_that_saved_nothing_is_not_said_to_have_saved():
+    s = step(cluster(chief_0=EXITED))                  # no checkpoint in model_dir
+    assert s.reason == ("chief:0 exited 0 (no checkpoint in model_dir): worker:0, worker:1 "
+                        "add nothing to the model after it")
 
 
 def test_workers_in_start_delay_or_serving_a_keras_coordinator_go_a_poll_after_the_chief():

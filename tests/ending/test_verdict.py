@@ -12,7 +12,7 @@ from scripted_backend import Script, ScriptedBackend, run_job
 
 from launcher.ending import TrainingView
 from launcher.output.closing import final_read
-from launcher.output.summary import STATUS_RULE, summary_doc, verdict
+from launcher.output.summary import STATUS_RULE, ended_words, summary_doc, verdict
 from orchestrator.checkpoints import CheckpointReader
 from orchestrator.decisions import FINISH, Decision
 
@@ -80,3 +80,10 @@ def test_a_script_that_exited_0_by_itself_succeeded_with_a_note(tmp_path):
 def test_a_checkpoint_at_max_steps_succeeded_whoever_stopped_the_chief(tmp_path):
     result, closing = ended(tmp_path, Script(), 0, 40, 100)
     assert result.status == 0 and verdict(result, closing) is None
+
+
+def test_a_cancelled_run_is_said_cancelled_not_failed():
+    assert ended_words(143) == "cancelled (exit status 143)"      # launch cancel: SIGTERM
+    assert ended_words(130) == "cancelled (exit status 130)"      # Ctrl-C
+    assert ended_words(1) == "FAILED (exit status 1)"
+    assert ended_words(0) == "succeeded"

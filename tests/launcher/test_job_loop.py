@@ -47,8 +47,8 @@ def test_chief_success_ends_the_job_and_stops_the_ps(tmp_path):
     assert [status(result, n) for n in ("chief:0", "worker:0", "worker:1", "ps:0")] == \
         ["0", "stopped (SIGTERM)", "0", "stopped (SIGTERM)"]
     assert backend.handles["ps:0"][0].signals == [signal.SIGTERM]
-    assert "chief:0 finished; waiting for the others to end" in out.getvalue()
-    assert "stopping worker:0: chief:0 saved its final checkpoint and exited" in out.getvalue()
+    assert "chief:0 finished; waiting for ps:0, worker:0, worker:1 to end" in out.getvalue()
+    assert "stopping worker:0: chief:0 exited 0 (no checkpoint in model_dir)" in out.getvalue()
     assert 70 + WORKER_GRACE <= result.duration < 70 + WORKER_GRACE + 0.4
 
 
@@ -195,3 +195,10 @@ def test_a_task_a_monitor_reports_lost_goes_through_its_restart_policy(tmp_path)
     result, _ = run_job(spec(restart={"worker": {"policy": "never"}}), never, tmp_path / "b",
                         monitors=[Says(never.clock, 2, lost)])
     assert result.status == 1 and "restart policy of worker is never" in result.reason
+
+
+def test_a_chief_alone_is_not_said_to_wait_for_others(tmp_path):
+    backend = ScriptedBackend({"chief:0": [Script(exit_at=5)]})
+    result, out = run_job(spec(cluster={"chief": 1}, strategy="estimator"), backend, tmp_path)
+    assert result.status == 0
+    assert "chief:0 finished\n" in out.getvalue() and "waiting for" not in out.getvalue()

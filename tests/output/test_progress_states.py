@@ -8,7 +8,7 @@ from __future__ import annotations
 import io
 
 from launcher.events import EventLog
-from launcher.monitors import CoordinatorMonitor
+from launcher.monitors.coordinator import CoordinatorMonitor
 from launcher.output.console import Console
 from launcher.output.progress import JobState, progress_line
 from orchestrator.checkpoints import Checkpoint
