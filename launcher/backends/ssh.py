@@ -31,7 +31,8 @@ from typing import IO, Any
 
 import psutil
 
-from launcher import gpus, remote_bootstrap
+from launcher import gpus
+from launcher.backends import remote_bootstrap
 from launcher.backends.base import Backend, ProbeResult, TaskHandle
 from launcher.backends.options import option
 from launcher.backends.options import parse as parse_section
