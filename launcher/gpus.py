@@ -290,11 +290,15 @@ def asks_of(plan: JobPlan) -> list[Ask]:
     return [ask_of(t.name, t.type, t.index, t.resources) for t in plan.tasks]
 
 
-def machines_here(plan: JobPlan, path: str | None = None) -> list[Machine]:
-    """Every task on this machine (local, docker): its GPUs found with nvidia-smi on
-    ``path``, else on the first task's PATH (the spec's env), else the launcher's."""
-    path = path or next((t.env["PATH"] for t in plan.tasks if "PATH" in t.env), None)
-    return [Machine("localhost", discover_here(path), tuple(t.name for t in plan.tasks))]
+def path_of(plan: JobPlan) -> str | None:
+    """Where nvidia-smi is looked for: the first task's PATH (the spec's env), else None
+    (the launcher's)."""
+    return next((t.env["PATH"] for t in plan.tasks if "PATH" in t.env), None)
+
+
+def machines_here(plan: JobPlan, found: tuple[Gpu, ...] | None) -> list[Machine]:
+    """Every task on this machine (local, docker), which has the GPUs ``found``."""
+    return [Machine("localhost", found, tuple(t.name for t in plan.tasks))]
 
 
 def answered(answer: Mapping[str, object] | None) -> tuple[Gpu, ...] | None:

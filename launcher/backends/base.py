@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, Callable, ClassVar
 
 if TYPE_CHECKING:
-    from launcher.gpus import Machine
+    from launcher.gpus import Gpu, Machine
     from launcher.plan import JobPlan, Reservation, TaskPlan
     from launcher.spec import Address
 
@@ -131,6 +131,7 @@ class Backend(ABC):
     # The launcher gives each task its GPUs (CUDA_VISIBLE_DEVICES, launcher/gpus.py): the
     # backends that start processes themselves. Slurm and Kubernetes bind devices.
     places_gpus: ClassVar[bool] = False
+    _gpus_here: tuple[Gpu, ...] | None       # this machine's, once asked (gpu_machines)
 
     def __init__(self, options: Any = None):
         self.options = options
@@ -176,9 +177,11 @@ class Backend(ABC):
         By default every task runs on this machine, whose nvidia-smi is asked."""
         if not self.places_gpus:
             return None
-        from launcher.gpus import machines_here
+        from launcher.gpus import discover_here, machines_here, path_of
 
-        return machines_here(plan)
+        if not hasattr(self, "_gpus_here"):      # nvidia-smi once per run: it can be slow
+            self._gpus_here = discover_here(path_of(plan))
+        return machines_here(plan, self._gpus_here)
 
     def probe(self, task: TaskPlan, argv: list[str], timeout: float) -> ProbeResult:
         """Run a short command where ``task`` would run, with its environment."""
