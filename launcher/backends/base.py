@@ -75,16 +75,29 @@ class ExecWatch:
                  refusal: Callable[[str, str], str]):
         self.stream, self.handle, self.pattern, self.refusal = stream, handle, pattern, refusal
         self.left = self.FIRST_LINES
+        if hasattr(stream, "read1"):    # read as it comes (launcher/output/task_output.py)
+            self.read1 = self._read1
 
     def readline(self) -> bytes:
         raw = self.stream.readline()
         if self.left and raw:
-            self.left -= 1
-            found = self.pattern.search(raw.decode(errors="replace"))
-            if found:
-                self.handle.start_failure = self.refusal(found["program"], found["reason"])
-                self.left = 0
+            self._check(raw)
         return raw
+
+    def _read1(self, size: int = -1) -> bytes:
+        """What the stream has now (a bar redrawn without newlines comes as it is drawn),
+        its first lines checked as readline's are."""
+        raw = self.stream.read1(size)
+        for line in raw.splitlines()[:self.left]:
+            self._check(line)
+        return raw
+
+    def _check(self, raw: bytes) -> None:
+        self.left -= 1
+        found = self.pattern.search(raw.decode(errors="replace"))
+        if found:
+            self.handle.start_failure = self.refusal(found["program"], found["reason"])
+            self.left = 0
 
     def close(self) -> None:
         self.stream.close()
