@@ -23,6 +23,13 @@ _DEVICE_EFFECT = {"mobile": 0.8, "desktop": -0.6, "tablet": 0.1}
 _SITE_EFFECT = {s: -1.2 + 2.4 * i / (len(SITES) - 1) for i, s in enumerate(SITES)}
 
 
+def default_dir() -> str:
+    """Where the examples keep the files: $TFCLUSTER_EXAMPLES_DATA (the tests point it out
+    of the checkout), else data/ in the repository."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return os.environ.get("TFCLUSTER_EXAMPLES_DATA") or os.path.join(repo, "data")
+
+
 def rows(count: int, seed: int):
     """The rows as tuples in COLUMNS order."""
     rng = random.Random(seed)

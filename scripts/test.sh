@@ -4,4 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check .
-exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+# Several workers (pytest-xdist): most tests wait on processes rather than compute, so 4
+# workers suit 2 cores; each machine-wide bed's tests stay in one worker (--dist
+# loadgroup, tests/conftest.py). TEST_WORKERS=0 runs them in this process.
+exec .venv/bin/python -m pytest -q -p no:cacheprovider -n "${TEST_WORKERS:-4}" --dist loadgroup "$@"

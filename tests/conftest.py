@@ -1,13 +1,18 @@
 """Fixtures for every test: a check that no test leaves a process of a tfcluster job
-behind. Helpers are in support.py."""
+behind, a run root outside the checkout and a check that the session wrote nothing into
+the checkout, and the tests of each machine-wide bed kept in one pytest-xdist worker.
+Helpers are in support.py."""
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+from pathlib import Path
 
 import psutil
 import pytest
-from support import wait_gone
+from support import REPO, wait_gone
 
 # A session started in the background (`cmd &` in a script, nohup, CI runners) inherits
 # SIGINT and SIGHUP ignored, and so would every `launch` and shell it starts (`launch` keeps
@@ -51,3 +56,93 @@ def runs(tmp_path, monkeypatch) -> dict[str, str]:
     after it (`status`, `logs`, `cancel`): detached runs never land in the user's home."""
     monkeypatch.setenv("TFCLUSTER_RUNS", str(tmp_path / "runs"))
     return {"TFCLUSTER_RUNS": str(tmp_path / "runs")}
+
+
+# ---------------------------------------------------------------- beds and workers
+# The fixtures of the machine-wide beds (each started once per session: tests/infra) and
+# the pytest-xdist group of the tests that use one. `scripts/test.sh` runs the suite with
+# `-n N --dist loadgroup`: a group's tests run in one worker, so each bed starts once,
+# and the beds run side by side while the other tests spread over the workers.
+BED_GROUPS = {"slurm_cluster": "slurm", "hosts": "ssh", "engine": "docker", "s3": "s3"}
+
+
+def bed_group(item: pytest.Item) -> str | None:
+    """The bed ``item`` uses (a bed fixture it needs, or a parameter naming one, as the
+    coordinator's ``storage`` fixture does with "s3"), or None."""
+    names = set(getattr(item, "fixturenames", ()))
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None:
+        names |= {v for v in callspec.params.values() if isinstance(v, str)}
+    groups = sorted({BED_GROUPS[n] for n in names if n in BED_GROUPS})
+    return groups[0] if groups else None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        group = bed_group(item)
+        if group and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+# ---------------------------------------------------------------- nothing in the checkout
+# What the tests keep between sessions lives outside the checkout, under $TFCLUSTER_CACHE
+# (default ~/.cache/tfcluster, as tests/infra/docker_engine.py's base image): the
+# examples' generated data and Hypothesis' example database (else .hypothesis/ in the
+# current directory; Hypothesis reads this variable at its first use).
+CACHE = Path(os.environ.get("TFCLUSTER_CACHE") or Path.home() / ".cache" / "tfcluster")
+os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(CACHE / "hypothesis"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def run_root_outside_the_checkout(tmp_path_factory):
+    """Runs whose spec names no run_dir land under $TFCLUSTER_RUNS, else under
+    .tfcluster/runs of the current directory: the checkout, for `launch` run by the tests.
+    One run root of the session's own (tests that list runs use the ``runs`` fixture), and
+    the examples' data outside the checkout too."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TFCLUSTER_RUNS", str(tmp_path_factory.mktemp("runs")))
+        patch.setenv("TFCLUSTER_EXAMPLES_DATA", str(CACHE / "examples-data"))
+        yield
+
+
+LEFT_ALONE = ("__pycache__", ".egg-info", ".venv", ".pytest_cache", ".ruff_cache", ".mypy_cache")
+_BEFORE = pytest.StashKey["set[str] | None"]()
+
+
+def untracked_in_checkout() -> set[str] | None:
+    """Untracked and ignored files and folders of the checkout (git's collapsed listing,
+    interpreter caches and the virtual environments left out), with the runs under
+    .tfcluster/runs named one by one; None outside a git checkout."""
+    try:
+        done = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--ignored"],
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    found = {line[3:] for line in done.stdout.splitlines() if line[:2] in ("??", "!!")}
+    found = {f for f in found if not any(part in f for part in LEFT_ALONE)}
+    runs = REPO / ".tfcluster" / "runs"
+    if runs.is_dir():
+        found |= {f".tfcluster/runs/{name}" for name in sorted(p.name for p in runs.iterdir())}
+    return found
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):     # the controller, or a plain run
+        session.config.stash[_BEFORE] = untracked_in_checkout()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Fails the session when its tests wrote into the checkout (a file or folder git
+    does not track, that was not there when the session started)."""
+    before = session.config.stash.get(_BEFORE, None)
+    after = untracked_in_checkout() if before is not None else None
+    new = sorted(after - before) if after is not None and before is not None else []
+    if new:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line("tests wrote into the checkout: " + ", ".join(new), red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+

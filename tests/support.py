@@ -24,8 +24,20 @@ PY_TF221 = str(REPO / ".venv-tf2" / "bin" / "python")  # TensorFlow 2.21, PSS / 
 SESSION_MARK = "TFCLUSTER_TEST_SESSION"
 FAKE_NVIDIA_SMI = REPO / "tests" / "fake_gpu" / "nvidia-smi"
 
+
+def _own_mark() -> str:
+    """This test process's mark: kept when inherited from the same process (a subprocess
+    that imports this module), fresh for each pytest-xdist worker, which would otherwise
+    inherit the controller's and take the other workers' tasks for its own leftovers."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    mark = os.environ.get(SESSION_MARK, "")
+    if not mark or not mark.endswith(f"-{worker}"):
+        mark = f"{uuid.uuid4().hex}-{worker}"
+    return mark
+
+
 # Every process a test starts inherits this mark, so leftovers can be found exactly.
-os.environ.setdefault(SESSION_MARK, uuid.uuid4().hex)
+os.environ[SESSION_MARK] = _own_mark()
 
 
 def marked_processes() -> list[psutil.Process]:

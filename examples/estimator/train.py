@@ -40,7 +40,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model-dir", default=os.environ.get("TFCLUSTER_MODEL_DIR",
                                                          "runs/estimator/model"))
-    p.add_argument("--data-dir", default=str(HERE.parents[2] / "data"))
+    p.add_argument("--data-dir", default=ctr_data.default_dir())
     p.add_argument("--batch-size", type=int, default=100,
                    help="when the spec gives no batch_size")
     p.add_argument("--max-steps", type=int, default=2000,

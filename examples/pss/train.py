@@ -36,7 +36,7 @@ DEFAULT_EXAMPLES = 20000
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model-dir", default=os.environ.get("TFCLUSTER_MODEL_DIR", "runs/pss/model"))
-    p.add_argument("--data-dir", default=str(HERE.parents[2] / "data"))
+    p.add_argument("--data-dir", default=ctr_data.default_dir())
     p.add_argument("--batch-size", type=int, default=64, help="when the spec gives none")
     p.add_argument("--max-steps", type=int, default=1000, help="when the launcher gives none")
     p.add_argument("--steps-per-call", type=int, default=10,
