@@ -3,7 +3,7 @@
 Needs only python3 and the launcher's own dependencies: no TensorFlow, no network. Run it
 from a checkout:
 
-    PYTHONPATH=. python3 bench/gpu_check.py [--workers 2] [--mib 256] [--json]
+    PYTHONPATH=. python3 bench/gpu_check.py [--workers 2] [--mib 256] [--share] [--json]
 
 It runs a real local job (chief, workers, one ps, through `launcher.run`); each task, with
 the CUDA_VISIBLE_DEVICES the launcher gave it, opens every GPU it can see and takes --mib
@@ -149,9 +149,10 @@ def serve_get_status(config: dict):
 
 # ---------------------------------------------------------------------------- the check
 def check(reports: list[dict], gpus: dict[str, list[str] | None],
-          uuids: dict[str, str]) -> list[str]:
+          uuids: dict[str, str], share: bool = False) -> list[str]:
     """Problems with the placement: ``reports`` from the tasks, ``gpus`` each task's
-    devices in the plan, ``uuids`` index -> UUID of the machine's GPUs. Empty: all good."""
+    devices in the plan, ``uuids`` index -> UUID of the machine's GPUs; ``share``: the
+    trainers share their GPUs on purpose (gpu_share). Empty: all good."""
     problems = []
     by_task = {r["task"]: r for r in reports}
     missing = sorted(set(gpus) - set(by_task))
@@ -163,7 +164,7 @@ def check(reports: list[dict], gpus: dict[str, list[str] | None],
             problems.append(f"{task}: the launcher placed no GPU (no nvidia-smi on PATH?)")
             continue
         for d in devices:
-            if d in owner:
+            if d in owner and not share:
                 problems.append(f"GPU {d} given to both {owner[d]} and {task}")
             owner[d] = task
     for task, report in sorted(by_task.items()):
@@ -204,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--mib", type=int, default=256, help="MiB each task takes per GPU")
+    p.add_argument("--share", action="store_true",
+                   help="the trainers share the GPUs (resources.default.gpu_share)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--task", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -230,12 +233,14 @@ def main(argv: list[str] | None = None) -> int:
                         "GPU_CHECK_TASKS": str(n_tasks),
                         "PYTHONPATH": os.environ.get("PYTHONPATH", "")},
                 "timeouts": {"kill": 5, "finish": 5, "start": 120}}
+        if args.share:
+            spec["resources"] = {"default": {"gpu_share": True}}
         result = launcher.run(spec, quiet=True)
         plan = json.loads(Path(result.run_dir, "plan.json").read_text())
         gpus = {f"{t['type']}:{t['index']}": t["gpus"] for t in plan["tasks"]}
         reports = [json.loads(p.read_text()) for p in sorted(reports_dir.glob("*.json"))]
     uuids = {str(g.index): g.uuid for g in found}
-    problems = check(reports, gpus, uuids)
+    problems = check(reports, gpus, uuids, share=args.share)
     if result.status != 0:
         problems.insert(0, f"the job failed (exit status {result.status}): {result.reason}")
     if args.json:
@@ -246,8 +251,8 @@ def main(argv: list[str] | None = None) -> int:
                                                   for g in found))
         print(table(reports, gpus))
         print("\n".join(f"PROBLEM: {p}" for p in problems) if problems else
-              "OK: the trainers' GPUs are disjoint, each task holds memory only on its own, "
-              "the ps took none")
+              f"OK: the trainers' GPUs are {'shared on purpose' if args.share else 'disjoint'}"
+              ", each task holds memory only on its own, the ps took none")
     return 1 if problems else 0
 
 

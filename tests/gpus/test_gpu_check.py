@@ -55,3 +55,11 @@ def test_the_whole_check_runs_without_tensorflow_against_the_stand_in(tmp_path):
             if re.match(r"^[a-z]+:\d+ ", ln)}
     assert rows == {"chief:0": ["0,1", "'0,1'"], "ps:0": ["none", "''"],
                     "worker:0": ["2", "'2'"], "worker:1": ["3", "'3'"]}
+
+
+def test_sharing_on_purpose_is_not_a_double_assignment():
+    reports = [report("chief:0", "0", 1, {"GPU-a": 300}), report("worker:0", "0", 1,
+                                                                  {"GPU-a": 300})]
+    gpus = {"chief:0": ["0"], "worker:0": ["0"]}
+    assert check(reports, gpus, UUIDS) == ["GPU 0 given to both chief:0 and worker:0"]
+    assert check(reports, gpus, UUIDS, share=True) == []
