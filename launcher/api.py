@@ -342,6 +342,7 @@ def _execute(spec, backend, plan, command, args, run_dir, events, state,
              console, leases: list) -> RunResult:
     """Preflight, run (new ports and again when a task lost its port to a race), then the
     closing summary; the backend is closed whatever happens."""
+    from launcher.ending import TrainingView, own_evaluations
     from launcher.gpus import place
     from launcher.job import Job, PortConflict
     from launcher.output.summary import (
@@ -385,6 +386,8 @@ def _execute(spec, backend, plan, command, args, run_dir, events, state,
                          [t.log for t in result.tasks if t.type in TRAINERS],
                          plan.model_dir, result.training_finished,
                          _seen_evaluated(job.monitors))
+    closing.evaluated_step = own_evaluations(
+        TrainingView(evaluated_step=closing.evaluated_step), *job.announced()).evaluated_step
     short = verdict(result, closing)
     if short:
         result = dataclasses.replace(result, status=1, reason=short)

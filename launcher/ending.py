@@ -33,8 +33,9 @@ tasks and of model_dir; it stops what the answer names and ends the job when it 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from orchestrator.decisions import TaskState
 
@@ -42,6 +43,7 @@ TRAINERS = ("chief", "master", "worker")
 EVAL_QUIET = 30.0         # s of silence after its final evaluation: the evaluator is idle
 # The last line TensorFlow's evaluator prints when it waits for a new checkpoint.
 IDLE_LINES = ("before starting next eval run", "No new checkpoint ready for evaluation")
+EVALUATED_LINE = re.compile(r"Saving dict for global step (\d+)")
 OVERSHOOT_PER_TRAINER = 3  # asynchronous updates past max_steps that are not "training on"
 # s an Estimator worker that trains has after the chief's exit to end with it: it ends at
 # its next step, but a container or a Slurm step reports the exit late.
@@ -162,6 +164,28 @@ def _evaluator(now: float, tasks: list[TaskState], training: TrainingView,
     if due and not window_over:
         return EndStep()
     return EndStep(done=True)
+
+
+def evaluated_in(line: str) -> int | None:
+    """The step of an evaluation a task's own output announces (Estimator.evaluate logs
+    ``Saving dict for global step N: ...``), or None."""
+    found = EVALUATED_LINE.search(line)
+    return int(found.group(1)) if found else None
+
+
+def own_evaluations(training: TrainingView, announced: dict[str, int | None],
+                    types: dict[str, str]) -> TrainingView:
+    """Who evaluated what. A chief that runs its own ``evaluate()`` (TonY's example) writes
+    the same ``eval/`` events as the evaluator, so model_dir alone cannot tell whose an
+    evaluation is: once a trainer announced an evaluation in its output, only the
+    evaluator's own announcements count as the evaluator's (``announced``: each task's
+    newest announced step; ``types``: each task's type)."""
+    if not any(step is not None and types[name] in TRAINERS
+               for name, step in announced.items()):
+        return training
+    own = [step for name, step in announced.items()
+           if step is not None and types[name] == "evaluator"]
+    return replace(training, evaluated_step=max(own) if own else None)
 
 
 def idle(task: TaskState) -> bool:

@@ -44,7 +44,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from launcher.backends.base import Backend
-from launcher.ending import JobResult, TrainingView, end_step
+from launcher.ending import JobResult, TrainingView, end_step, own_evaluations
 from launcher.events import EventLog
 from launcher.output.console import Console
 from launcher.plan import JobPlan
@@ -287,9 +287,15 @@ class Job:
             source = next((m.training_view for m in self.monitors
                            if isinstance(m, CoordinatorMonitor)), None)
         view = source() if source is not None else TrainingView(max_steps=self.plan.max_steps)
+        view = own_evaluations(view, *self.announced())
         if self.reached_at is not None:
             view = replace(view, reached_at=self.reached_at)
         return view
+
+    def announced(self) -> tuple[dict[str, int | None], dict[str, str]]:
+        """Each task's newest evaluation announced in its own output, and its type."""
+        runs = self.tasks.runs
+        return {r.name: r.evaluated for r in runs}, {r.name: r.task.type for r in runs}
 
     def _ended_well(self) -> bool:
         """After training: apply the end rules (launcher/ending.py) once per turn; True

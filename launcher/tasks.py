@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import IO, Callable
 
 from launcher.backends.base import Backend, TaskHandle
+from launcher.ending import evaluated_in
 from launcher.events import EventLog
 from launcher.output.console import Console
 from launcher.output.noise import latest_state
@@ -45,6 +46,7 @@ class TaskRun:
     last_output: float | None = None   # job-loop clock time of its last output line
     tail: collections.deque = field(default_factory=lambda: collections.deque(maxlen=TAIL_LINES))
     pump: threading.Thread | None = None
+    evaluated: int | None = None   # the newest evaluation its own output announced
 
     @property
     def name(self) -> str:
@@ -158,6 +160,9 @@ class Tasks:
         def line(text: str, partial: bool) -> None:
             if not partial:     # a bar being redrawn is shown, its whole line kept
                 run.tail.append(latest_state(text))
+                step = evaluated_in(text)
+                if step is not None and (run.evaluated is None or step > run.evaluated):
+                    run.evaluated = step
             run.last_output = self.clock()
             self.console.task_line(run.name, text)
 

@@ -91,6 +91,32 @@ def test_the_evaluator_is_stopped_once_it_evaluated_the_final_checkpoint(tmp_pat
     assert 40 <= result.duration < 40.2           # not the 300 s window
 
 
+def test_the_chief_s_own_evaluate_is_not_taken_for_the_evaluator_s(tmp_path):
+    """TonY's example: the chief runs evaluate() after training (its output says so) and
+    writes the eval events the evaluator would; the evaluator, asleep in its start delay,
+    has evaluated nothing: it keeps its window instead of being stopped at once."""
+    own = "INFO:tensorflow:Saving dict for global step 600: accuracy = 0.9, loss = 0.3"
+    everyone = {n: [Script(exit_at=5)] for n in ("worker:0", "worker:1")}
+    backend = ScriptedBackend(dict(everyone, **{"chief:0": [Script(exit_at=6, lines=[own])]}))
+    model = Model(backend.clock, reached=5.0, evaluated_at=6.0)     # the chief's eval events
+    result, out = run(backend, model, tmp_path, evaluator="localhost")
+    assert "the final checkpoint (step 600) was evaluated" not in out.getvalue()
+    assert "stopping evaluator:0: the evaluator did not evaluate the final checkpoint within " \
+           "300s (timeouts.evaluator)" in out.getvalue()
+
+
+def test_the_evaluator_s_own_announcement_counts_when_the_chief_evaluates_too(tmp_path):
+    own = "INFO:tensorflow:Saving dict for global step 600: accuracy = 0.9, loss = 0.3"
+    everyone = {n: [Script(exit_at=5)] for n in ("worker:0", "worker:1")}
+    backend = ScriptedBackend(dict(everyone, **{"chief:0": [Script(exit_at=6, lines=[own])],
+                                                "evaluator:0": [Script(lines=[own])]}))
+    model = Model(backend.clock, reached=5.0, evaluated_at=6.0)
+    result, out = run(backend, model, tmp_path, evaluator="localhost")
+    assert "stopping evaluator:0: the final checkpoint (step 600) was evaluated" in \
+        out.getvalue()
+    assert result.duration < 6 + 40                   # idle after 30 s quiet, not 300 s
+
+
 def test_an_evaluator_whose_checkpoint_vanished_is_restarted_and_evaluates(tmp_path):
     everyone = {n: [Script(exit_at=5)] for n in ("chief:0", "worker:0", "worker:1")}
     backend = ScriptedBackend(dict(everyone, **{
