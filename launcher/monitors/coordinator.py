@@ -105,8 +105,8 @@ class CoordinatorMonitor:
             self.coordinator.note_restart()
         p = self.coordinator.progress()
         silent = self.not_answering() if self.not_answering else []
-        self.console.progress(p, tasks, self._restarts, silent)
         state = self.job_state(tasks, now)
+        self.console.progress(p, tasks, self._restarts, silent, state)
         self._maybe_print(p, now, silent, state)
         decision = self.coordinator.judge(tasks)
         if decision is None:

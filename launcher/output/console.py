@@ -54,10 +54,11 @@ class Console:
         """The periodic progress line (the live view draws a bar instead)."""
         self.info(line)
 
-    def progress(self, progress: Any, tasks: list, restarts: int, silent: list | None = None
-                 ) -> None:
+    def progress(self, progress: Any, tasks: list, restarts: int, silent: list | None = None,
+                 state: Any = None) -> None:
         """Where training stands, on every loop turn (for the live view); ``silent``: the
-        tasks that stopped answering TensorFlow's gRPC."""
+        tasks that stopped answering TensorFlow's gRPC; ``state``: what is happening
+        (launcher/output/progress.py's JobState)."""
 
     @property
     def hidden(self) -> int:

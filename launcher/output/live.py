@@ -10,7 +10,7 @@ import time
 from typing import IO, Any
 
 from launcher.output.console import Console
-from launcher.output.progress import duration_text, eval_text, rate_words
+from launcher.output.progress import duration_text, eval_text, rate_words, state_words
 
 REFRESH_PER_SECOND = 4
 
@@ -25,6 +25,7 @@ class LiveConsole(Console):
         self._tasks: list = []
         self._restarts = 0
         self._silent: list[str] = []
+        self._state: Any = None      # what is happening (progress.JobState)
         self._began = time.monotonic()
         self._drawing = False
         self._closed = False
@@ -60,9 +61,10 @@ class LiveConsole(Console):
     def progress_line(self, line: str) -> None:
         """Drawn as the status block instead."""
 
-    def progress(self, progress: Any, tasks: list, restarts: int, silent: list | None = None
-                 ) -> None:
+    def progress(self, progress: Any, tasks: list, restarts: int, silent: list | None = None,
+                 state: Any = None) -> None:
         self._progress, self._tasks, self._restarts = progress, list(tasks), restarts
+        self._state = state
         self._silent = list(silent or [])
         self._draw()
 
@@ -86,7 +88,7 @@ class LiveConsole(Console):
         grid.add_column()
         bar = ProgressBar(total=float(total) if total else None,
                           completed=float(min(step or 0, total or 0)), width=32)
-        words = status_words(p, step, total)
+        words = status_words(p, step, total, self._state)
         if self._silent:
             words += f" · {', '.join(self._silent)} not answering"
         grid.add_row(bar, Text(words))
@@ -97,13 +99,17 @@ class LiveConsole(Console):
         return grid
 
 
-def status_words(p: Any, step: int | None, total: int | None) -> str:
-    """'step 120/602 (19%) · 66.2 steps/s · ETA 7s'."""
+def status_words(p: Any, step: int | None, total: int | None, state: Any = None) -> str:
+    """'step 120/602 (19%) · 66.2 steps/s · ETA 7s', or what happens instead of training
+    (``state``: restarting, finishing, the evaluator's wait; launcher/output/progress.py)."""
+    happening = state_words(p, state) if p is not None and state is not None else None
     if step is None:
-        return "waiting for the first checkpoint" if p is None or p.checkpoint is None else \
+        first = "waiting for the first checkpoint" if p is None or p.checkpoint is None else \
             f"checkpoint {p.checkpoint.name}"
+        return " · ".join([first, *(happening or [])])
     words = [f"step {step}/{total} ({100 * min(step, total) // total}%)" if total
-             else f"step {step}", *rate_words(p, time.monotonic())]
+             else f"step {step}",
+             *(happening if happening is not None else rate_words(p, time.monotonic()))]
     return " · ".join(words)
 
 

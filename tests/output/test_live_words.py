@@ -23,3 +23,14 @@ def test_caption_step_rate_eta():
     assert status_words(p, p.latest_step, p.max_steps) == \
         "step 150/600 (25%) · 12.5 steps/s · ETA 36s"
     assert status_words(Progress(), None, None) == "waiting for the first checkpoint"
+
+
+def test_the_live_view_says_what_happens_instead_of_a_stale_rate():
+    from launcher.output.progress import JobState
+
+    p = Progress(max_steps=939, events_step=1008, steps_per_sec=67.0, step_at=0.0)
+    state = JobState(trainers_ended=True, ps=("ps:0",))
+    assert status_words(p, 1008, 939, state) == \
+        "step 1008/939 (100%) · training ended; stopping the parameter servers"
+    assert status_words(p, 1008, 939, JobState(restarting=("ps:0",))) == \
+        "step 1008/939 (100%) · restarting ps:0"
