@@ -27,8 +27,8 @@ MAX_PORT_RETRIES = 3
 
 @dataclass
 class RunOptions:
-    """How to run a job: what ``launch``'s options say (its argparse namespace has the same
-    names and serves as well)."""
+    """How to run a job: what ``launch``'s options say (launcher/cli.py builds
+    LaunchOptions, these and the dry run's)."""
 
     spec: str | None = None         # the spec's path, for the run registry
     local: bool = False
@@ -39,6 +39,17 @@ class RunOptions:
     run_id: str | None = None
     detach: bool = False
     force: bool = False             # take model_dir's lease even from a run that may live
+
+
+@dataclass
+class LaunchOptions(RunOptions):
+    """Every option of ``launch SPEC``, typed (launcher/cli.py makes it of argparse's
+    result): how to run the job and how to show its plan."""
+
+    dry_run: bool = False
+    json: bool = False              # --dry-run --json
+    every: bool = False             # --dry-run --all: every task in full
+    in_allocation: bool = False     # a detached Slurm run's batch script, inside its job
 
 
 @dataclass

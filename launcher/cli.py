@@ -11,6 +11,8 @@ import importlib
 import signal
 import sys
 
+from launcher import __version__
+from launcher.api import LaunchOptions
 from launcher.errors import LauncherFailed, Terminated, UsageError
 from launcher.output.pipes import discard, flush_stdout
 from launcher.signals import catch
@@ -75,7 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     # the batch script of a detached Slurm run re-enters here, inside its allocation
     p.add_argument("--run-id", help=argparse.SUPPRESS)
     p.add_argument("--in-allocation", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--version", action="version", version="tfcluster 0.1.0")
+    p.add_argument("--version", action="version", version=f"tfcluster {__version__}")
     return p
 
 
@@ -87,15 +89,19 @@ def split_command(argv: list[str]) -> tuple[list[str], list[str] | None]:
     return argv, None
 
 
-def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str] | None]:
+def parse_args(argv: list[str]) -> tuple[LaunchOptions, list[str] | None]:
     options, command = split_command(argv)
-    args = _parser().parse_args(options)
+    ns = _parser().parse_args(options)
     if command is not None and not command:
         raise UsageError("nothing after --: give the command to run, or leave out --")
-    if args.json and not args.dry_run:
+    if ns.json and not ns.dry_run:
         raise UsageError("--json goes with --dry-run")
-    if args.all and not args.dry_run:
+    if ns.all and not ns.dry_run:
         raise UsageError("--all goes with --dry-run")
+    args = LaunchOptions(
+        spec=ns.spec, local=ns.local, quiet=ns.quiet, verbose=ns.verbose, run_dir=ns.run_dir,
+        retrain=ns.retrain, run_id=ns.run_id, detach=ns.detach, force=ns.force,
+        dry_run=ns.dry_run, json=ns.json, every=ns.all, in_allocation=ns.in_allocation)
     return args, command
 
 
@@ -151,6 +157,7 @@ def run_cli(argv: list[str]) -> int:
     args, command = parse_args(argv)
     from launcher import api
 
+    assert args.spec is not None        # SPEC is a required argument
     spec, backend = api.prepare(args.spec, command, local=args.local)
     if args.detach and not args.in_allocation:
         from launcher.runs.detach import detach
@@ -158,7 +165,7 @@ def run_cli(argv: list[str]) -> int:
     backend.inside_job = args.in_allocation
     if args.dry_run:
         plan = api.make_plan(spec, backend, command, run_id=args.run_id)
-        print(api.render_dry_run(plan, backend, as_json=args.json, every=args.all))
+        print(api.render_dry_run(plan, backend, as_json=args.json, every=args.every))
         return 0
     return api.start(spec, backend, command, args).status
 

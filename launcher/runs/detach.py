@@ -29,7 +29,7 @@ def relaunch_argv(args, command: list[str] | None, run_dir: str, run_id: str) ->
             "--run-id", run_id, "--run-dir", run_dir, "--quiet"]
     if args.retrain:
         argv.append("--retrain")
-    if getattr(args, "force", False):
+    if args.force:
         argv.append("--force")
     if command:
         argv += ["--", *command]
@@ -56,13 +56,13 @@ def detach(spec, backend, command: list[str] | None, args) -> int:
         run_dir = os.path.abspath(args.run_dir or default_run_dir(spec, plan.run_id))
         relaunch = relaunch_argv(args, command, run_dir, plan.run_id)
         if args.dry_run:
-            print(render_dry_run(plan, backend, as_json=args.json, every=args.all,
+            print(render_dry_run(plan, backend, as_json=args.json, every=args.every,
                                  extra=backend.describe_detached(plan, run_dir, relaunch)))
             return 0
         return _submit(spec, backend, plan, run_dir, relaunch)
     if args.dry_run:
         print(render_dry_run(make_plan(spec, backend, command), backend, as_json=args.json,
-                             every=args.all))
+                             every=args.every))
         return 0
     backend.prepare()
     plan = make_plan(spec, backend, command, run_id=args.run_id)
