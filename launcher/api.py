@@ -271,7 +271,7 @@ def execute(spec, backend, plan, command, args, on_running=None, console=None) -
     """Run the job attached; its state goes into the run registry (launcher/runs/registry.py);
     ``on_running(state)`` is called once every task started. ``args``: RunOptions, or
     launch's argparse namespace."""
-    from launcher.output.console import make_console
+    from launcher.output.terminal import make_console
     from launcher.runs.registry import RunLog, open_state
 
     run_dir = args.run_dir or default_run_dir(spec, plan.run_id)
@@ -376,7 +376,8 @@ def _execute(spec, backend, plan, command, args, run_dir, events, state,
         leases.append(_take_lease(plan, backend, args, run_dir, console, events, state))
         write_plan(run_dir, plan)
         for attempt in range(MAX_PORT_RETRIES + 1):
-            job = Job(plan, backend, run_dir, console, events=events)
+            watch = JobWatch(plan, backend, console, events)
+            job = Job(plan, backend, run_dir, console, events=events, watch=watch)
             state.attach(job.snapshot)
             try:
                 result = job.run()
@@ -396,7 +397,7 @@ def _execute(spec, backend, plan, command, args, run_dir, events, state,
                          any(t.type == "evaluator" for t in plan.tasks), spec.epochs,
                          [t.log for t in result.tasks if t.type in TRAINERS],
                          plan.model_dir, result.training_finished,
-                         _seen_evaluated(job.monitors))
+                         watch.progress().evaluated_step)
     closing.evaluated_step = own_evaluations(
         TrainingView(evaluated_step=closing.evaluated_step), *job.announced()).evaluated_step
     short = verdict(result, closing)
@@ -418,28 +419,47 @@ def _execute(spec, backend, plan, command, args, run_dir, events, state,
                      "notices, banners, INFO) are only in the task logs; --verbose shows them")
     with open(os.path.join(run_dir, "summary.json"), "w", encoding="utf-8") as f:
         json.dump(summary_doc(result, closing, rows), f, indent=2)
-    final = closing.final_step if closing.final_step is not None else _final_step(job.monitors)
+    seen = watch.progress()
+    final = closing.final_step if closing.final_step is not None else \
+        seen.step if seen.step is not None else seen.latest_step
     return RunResult(result.status, result.reason, run_dir, final, rows,
                      round(result.duration, 3), plan.run_id)
 
 
-def _seen_evaluated(monitors: list) -> int | None:
-    """The newest evaluated step the coordinator saw while the job ran."""
-    from launcher.monitors.coordinator import CoordinatorMonitor
+class JobWatch:
+    """What watches a job (launcher.monitors.Watch), built when the job loop calls, once
+    its tasks started (reading model_dir is not on the way to the first start): the
+    coordinator over model_dir, the whole-job deadline (``timeouts.job``) and, where the
+    backend reaches the tasks, the liveness probe of their TF servers (also the job's
+    readiness). ``progress()``: what the coordinator saw last."""
 
-    for monitor in monitors:
-        if isinstance(monitor, CoordinatorMonitor):
-            return monitor.coordinator.progress().evaluated_step
-    return None
+    def __init__(self, plan, backend, console, events):
+        self.plan, self.backend, self.console, self.events = plan, backend, console, events
+        self.coordinator = None
 
+    def __call__(self):
+        from launcher.monitors import Watch
+        from launcher.monitors.coordinator import CoordinatorMonitor
+        from launcher.monitors.deadline import deadline_monitor
+        from launcher.monitors.liveness import liveness_monitor
+        from orchestrator.coordinator import Coordinator
 
-def _final_step(monitors: list) -> int | None:
-    for monitor in monitors:
-        coordinator = getattr(monitor, "coordinator", None)
-        if coordinator is not None:
-            p = coordinator.progress()
-            return p.step if p.step is not None else p.latest_step
-    return None
+        t = self.plan.timeouts
+        self.coordinator = Coordinator(self.plan.storage.url, max_steps=self.plan.max_steps,
+                                       poll=t["poll"], stall=t["stall"], startup=t["start"],
+                                       reader=self.plan.storage.reader())
+        liveness = liveness_monitor(self.plan, self.backend, self.events)
+        adapter = CoordinatorMonitor(self.coordinator, self.console, self.events,
+                                     not_answering=liveness.not_answering if liveness else None,
+                                     evaluator_timeout=t["evaluator"])
+        return Watch([adapter, *deadline_monitor(t), *([liveness] if liveness else [])],
+                     readiness=liveness, training=adapter.training_view)
+
+    def progress(self):
+        """The coordinator's last view of model_dir (an empty one if it never ran)."""
+        from orchestrator.coordinator import Progress
+
+        return self.coordinator.progress() if self.coordinator is not None else Progress()
 
 
 def write_plan(run_dir: str, plan) -> None:

@@ -20,18 +20,19 @@ launcher/tasks.py, the engines' in the backends. The end of a job:
   task, as does the whole-job deadline ``timeouts.job``: trainers and the evaluator first,
   the ps once they are gone (``teardown``).
 
-Readiness: with ``readiness`` (the liveness monitor, launcher/monitors/liveness.py), a ps that has
-not answered TensorFlow's gRPC ``timeouts.start`` seconds after its (re)start fails the job
+Readiness: with ``readiness`` (the liveness monitor, launcher/monitors/liveness.py), a ps
+that has not answered TensorFlow's gRPC ``timeouts.start`` seconds after its (re)start fails the job
 (exit 1), naming it. Every task starts at once: holding the trainers until the ps answer
 did not shorten the time to the first step (docs/benchmarks.md, "Readiness gate"). A task a
 monitor reports ``lost`` gets SIGKILL at once (a frozen process does not act on SIGTERM)
 before its restart policy is applied.
 
-Monitors see a snapshot of the tasks (``Job.snapshot()``: orchestrator.decisions.TaskState,
-the one snapshot type, which the end rules and every table read too), never the Job, and
-answer in the one decision vocabulary (orchestrator.decisions.Decision). Time comes from an
-injected clock and the loop waits through an injected ``wait``, so the rules are tested
-against a scripted in-memory backend in milliseconds (tests/support.py).
+The monitors are the caller's (launcher/api.py builds them: ``watch``, called once the
+tasks started). Monitors see a snapshot of the tasks (``Job.snapshot()``, orchestrator.
+decisions.TaskState: the one snapshot type, which the end rules and every table read too),
+never the Job, and answer in the one decision vocabulary (orchestrator.decisions.Decision).
+Time comes from an injected clock and the loop waits through an injected ``wait``, so the
+rules are tested against a scripted in-memory backend in milliseconds (tests/support.py).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import signal
 import threading
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Callable
 
 from launcher.backends.base import Backend
 from launcher.ending import JobResult, TrainingView, end_step, own_evaluations
@@ -56,20 +57,12 @@ from orchestrator.decisions import CLUSTER, FAIL, FINISH, IGNORE, LOST, Decision
 from orchestrator.roles import TRAINERS
 
 if TYPE_CHECKING:
-    from launcher.monitors.coordinator import Monitor
+    from launcher.monitors import Monitor, Readiness, Watch
 
 PORT_IN_USE = ("Address already in use", "Failed to add port", "bind: address")
 # TensorFlow's words when the script's own model_dir is not the one in TF_CONFIG.
 MODEL_DIR_MISMATCH = ("must have the same value as the model_dir in TF_CONFIG",
                       "are set both in constructor and `RunConfig`, but with different")
-
-
-class Readiness(Protocol):
-    """Says whether a task answered since its start (the liveness monitor does)."""
-
-    def answered(self, name: str, since: float | None) -> bool: ...
-
-    def not_ready_reason(self, name: str, address: str) -> str: ...
 
 
 class PortConflict(Exception):
@@ -85,7 +78,8 @@ class Job:
                  clock: Callable[[], float] = time.monotonic,
                  wait: Callable[[float], object] | None = None,
                  readiness: Readiness | None = None,
-                 training: Callable[[], TrainingView] | None = None):
+                 training: Callable[[], TrainingView] | None = None,
+                 watch: Callable[[], Watch] | None = None):
         self.plan = plan
         self.backend = backend
         self.run_dir = run_dir
@@ -96,10 +90,10 @@ class Job:
         self.tasks = Tasks(plan.tasks, backend, run_dir, console, self.events, clock, wait,
                            kill_timeout=plan.timeouts.get("kill", 5.0))
         self.wait = self.tasks.wait
-        # The default monitors are made once the tasks started: reading model_dir is not
-        # on the way to the first task's start.
-        self.monitors: list[Monitor] = list(monitors) if monitors is not None else []
-        self._default_monitors = monitors is None
+        self.monitors: list[Monitor] = list(monitors or [])
+        # ``watch`` (the caller's monitors, launcher/api.py) is called once the tasks
+        # started: reading model_dir is not on the way to the first task's start.
+        self.watch = watch
         self.interrupted: int | None = None
         self.started = clock()
         self.training_done_at: float | None = None   # when the chief or a monitor said so
@@ -110,27 +104,6 @@ class Job:
         self.restarts = RestartBook(dict(plan.restart), synchronous=plan.synchronous)
         self.due: dict[str, float] = {}     # task name -> when its restart is due
         self.readiness = readiness
-
-    def watchers(self) -> list[Monitor]:
-        """The monitors of a job by default: the coordinator, watching model_dir, the
-        whole-job deadline (``timeouts.job``) and, where the backend reaches the tasks, the
-        liveness probe of their TF servers (also the job's ``readiness``)."""
-        from launcher.monitors.coordinator import CoordinatorMonitor
-        from launcher.monitors.deadline import deadline_monitor
-        from launcher.monitors.liveness import liveness_monitor
-        from orchestrator.coordinator import Coordinator
-
-        t = self.plan.timeouts
-        coordinator = Coordinator(self.plan.storage.url, max_steps=self.plan.max_steps,
-                                  poll=t["poll"], stall=t["stall"], startup=t["start"],
-                                  reader=self.plan.storage.reader())
-        liveness = liveness_monitor(self.plan, self.backend, self.events)
-        if liveness is not None and self.readiness is None:
-            self.readiness = liveness
-        return [CoordinatorMonitor(coordinator, self.console, self.events,
-                                   not_answering=liveness.not_answering if liveness else None,
-                                   evaluator_timeout=t["evaluator"]),
-                *deadline_monitor(t, self.clock), *([liveness] if liveness else [])]
 
     # ------------------------------------------------------------------ queries
     @property
@@ -162,8 +135,11 @@ class Job:
                 break
             self.tasks.start(run)
         self.console.info(f"started {len(self.tasks.runs)} tasks; logs in {self.run_dir}/logs")
-        if self._default_monitors:
-            self.monitors = self.watchers()
+        if self.watch is not None:
+            watch = self.watch()
+            self.monitors += watch.monitors
+            self.readiness = self.readiness or watch.readiness
+            self.training = self.training or watch.training
         while True:
             if self.interrupted:
                 name = signal.Signals(self.interrupted).name
@@ -279,14 +255,9 @@ class Job:
                 self.tasks.start(run)
 
     def _training(self) -> TrainingView:
-        """What model_dir says: the ``training`` callable given, else the coordinator's."""
-        source = self.training
-        if source is None:
-            from launcher.monitors.coordinator import CoordinatorMonitor
-
-            source = next((m.training_view for m in self.monitors
-                           if isinstance(m, CoordinatorMonitor)), None)
-        view = source() if source is not None else TrainingView(max_steps=self.plan.max_steps)
+        """What model_dir says (the coordinator's view), as the end rules read it."""
+        view = self.training() if self.training is not None else \
+            TrainingView(max_steps=self.plan.max_steps)
         view = own_evaluations(view, *self.announced())
         if self.reached_at is not None:
             view = replace(view, reached_at=self.reached_at)

@@ -1,5 +1,5 @@
-"""The monitors the job loop ticks: the ``Monitor`` interface, and the coordinator's
-adapter around orchestrator.coordinator.Coordinator.
+"""The coordinator's adapter around orchestrator.coordinator.Coordinator, a monitor the job
+loop ticks (launcher/monitors: the ``Monitor`` interface).
 
 Every few seconds it prints a progress line (step / max_steps, steps per second, ETA, the
 newest checkpoint, the latest evaluation from ``tfcluster_metrics.jsonl``), writes what it
@@ -21,7 +21,7 @@ from __future__ import annotations
 import collections
 import re
 import time
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 from launcher.ending import TrainingView
 from launcher.events import EventLog
@@ -43,16 +43,6 @@ def tick_every(tasks: int) -> float:
     longer, so that ticks whose work is O(N) keep under ~0.2 % of a core (0.2 s at
     N = 1,000)."""
     return max(TURN, tasks * TICK_COST / 0.05)
-
-
-class Monitor(Protocol):
-    """Watches the job. ``tick`` gets a snapshot of the tasks on every loop turn, must not
-    block (slow work belongs in the monitor's own thread) and may answer with a Decision:
-    ``finish``, ``fail`` or ``lost`` (orchestrator/decisions.py)."""
-
-    def tick(self, tasks: list[TaskState]) -> Decision | None: ...
-
-    def close(self) -> None: ...
 
 
 class CoordinatorMonitor:

@@ -2,12 +2,11 @@
 
 TensorFlow's routine output (deprecation notices, banners, INFO chatter: launcher/output/
 noise.py) is kept in the task logs but not printed unless ``verbose``; a ``\\r``-redrawn
-progress bar is printed as its latest state. On a terminal, ``make_console`` gives the live
-view instead (launcher/output/live.py)."""
+progress bar is printed as its latest state. On a terminal, ``make_console``
+(launcher/output/terminal.py) gives the live view instead (launcher/output/live.py)."""
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 from typing import IO, Any
@@ -67,24 +66,3 @@ class Console:
 
     def close(self) -> None:
         """Before the closing summary: the live view stops drawing."""
-
-
-def make_console(quiet: bool = False, verbose: bool = False) -> Console:
-    """The live view when both stdout and stderr are a terminal (and rich is installed),
-    else plain lines."""
-    if not quiet and _terminal(sys.stdout) and _terminal(sys.stderr) and \
-            os.environ.get("TERM", "") != "dumb":
-        try:
-            from launcher.output.live import LiveConsole
-
-            return LiveConsole(verbose=verbose)
-        except ImportError:
-            pass        # rich is a dependency; an environment without it prints lines
-    return Console(quiet=quiet, verbose=verbose)
-
-
-def _terminal(stream) -> bool:
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):
-        return False
