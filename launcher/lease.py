@@ -121,9 +121,10 @@ def gone(holder: Holder, now: float, host: str | None = None) -> str | None:
 
 def slurm_holds(job: str) -> bool:
     """Slurm still has the job (pending, requeued, running); False when it cannot tell."""
-    from launcher.backends.slurm import LIVE_STATES, job_state
+    from launcher.backends import following
 
-    return job_state(job) in LIVE_STATES
+    seen = following("slurm").engine_state({"slurm_job": job}, "running")
+    return seen is not None and seen[0] != "lost"
 
 
 def follow_command(holder: Holder) -> str:

@@ -39,3 +39,14 @@ def backend_class(name: str) -> type[Backend]:
     if isinstance(entry, str):
         entry = importlib.import_module(entry).BACKEND
     return entry
+
+
+def following(name: str | None) -> type[Backend]:
+    """The backend that follows a run whose state.json names ``name`` (``launch status``,
+    ``launch cancel``): its class, or the base one for a name not registered here (its
+    engine, if any, cannot be asked)."""
+    if name in _REGISTRY:
+        return backend_class(name)
+    from launcher.backends.base import Backend
+
+    return Backend

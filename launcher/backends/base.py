@@ -240,3 +240,28 @@ class Backend(ABC):
     def describe_detached(self, plan: JobPlan, run_dir: str, relaunch: list[str]) -> str | None:
         """What ``--detach --dry-run`` prints besides the task list (the batch script)."""
         return self.describe(plan)
+
+    # ------------------------------------------------------------------ following a run
+    # ``launch status`` and ``launch cancel`` ask the backend named in a run's state.json
+    # (``launcher.backends.following``); a run no engine holds is the launcher's alone.
+    @classmethod
+    def describe_handle(cls, handle: dict[str, Any]) -> str:
+        """What the engine calls the run ('Slurm job 12'), '' when it holds none."""
+        return ""
+
+    @classmethod
+    def engine_state(cls, handle: dict[str, Any], recorded: str) -> tuple[str, str] | None:
+        """A live run's state (``recorded``: state.json's) as the engine sees it now, with
+        a note that says so; None when the engine holds nothing of the run."""
+        return None
+
+    @classmethod
+    def engine_tasks(cls, handle: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """One row per task as the engine shows it, for a run no launcher follows (state.json
+        has no rows); None: the engine cannot tell."""
+        return None
+
+    @classmethod
+    def cancel_run(cls, handle: dict[str, Any], queued: bool) -> None:
+        """``launch cancel``: end what the engine holds of the run (``queued``: it has not
+        started, or no launcher runs inside it), after the launcher was told to stop."""

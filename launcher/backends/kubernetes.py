@@ -457,6 +457,24 @@ class KubernetesBackend(Backend):
         self.applied = False            # this process leaves; the objects stay
         return {"kubernetes": self.run_handle()["kubernetes"]}
 
+    @classmethod
+    def describe_handle(cls, handle: dict[str, Any]) -> str:
+        k8s = handle.get("kubernetes")
+        return f"{k8s['kind']} {k8s['name']} in namespace {k8s['namespace']}" if k8s else ""
+
+    @classmethod
+    def engine_state(cls, handle: dict[str, Any], recorded: str) -> tuple[str, str] | None:
+        return engine_state(handle["kubernetes"]) if handle.get("kubernetes") else None
+
+    @classmethod
+    def engine_tasks(cls, handle: dict[str, Any]) -> list[dict[str, Any]] | None:
+        return engine_tasks(handle["kubernetes"]) if handle.get("kubernetes") else None
+
+    @classmethod
+    def cancel_run(cls, handle: dict[str, Any], queued: bool) -> None:
+        if handle.get("kubernetes"):
+            delete_run(handle["kubernetes"])
+
     def run_handle(self) -> dict[str, Any]:
         if self.plan is None:
             return {}

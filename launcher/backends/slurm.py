@@ -328,6 +328,30 @@ class SlurmBackend(Backend):
         return {"slurm_job": done.stdout.strip().split(";")[0], "batch_script": path,
                 "batch": True}
 
+    @classmethod
+    def describe_handle(cls, handle: dict[str, Any]) -> str:
+        return f"Slurm job {handle['slurm_job']}" if handle.get("slurm_job") else ""
+
+    @classmethod
+    def engine_state(cls, handle: dict[str, Any], recorded: str) -> tuple[str, str] | None:
+        """squeue's (then sacct's) word on the run's job: queued while it waits, lost when
+        it ended without the run recording its end."""
+        job = handle.get("slurm_job")
+        if not job:
+            return None
+        engine = job_state(job)
+        if engine in ("PENDING", "REQUEUED", "CONFIGURING"):
+            return "queued", f"Slurm job {job} is {engine}"
+        if engine not in LIVE_STATES:
+            return "lost", (f"the launcher died: Slurm job {job} is {engine} but the run "
+                            "never recorded its end")
+        return recorded, f"Slurm job {job} is {engine}"
+
+    @classmethod
+    def cancel_run(cls, handle: dict[str, Any], queued: bool) -> None:
+        if handle.get("slurm_job"):     # the launcher inside the batch job, or what is left
+            cancel_job(handle["slurm_job"], queued=queued)
+
     def run_handle(self) -> dict[str, Any]:
         """The job; ``batch``: the launcher runs inside it (``launch cancel`` signals the
         batch step), else it holds the allocation from outside (it is signalled itself)."""

@@ -13,14 +13,13 @@ import os
 import signal
 import sys
 import time
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from launcher.output.summary import row_cells, rows_table, with_gpus
 from launcher.runs.registry import (
     CANCEL_FILE,
     LIVE,
     RunError,
-    describe_handle,
     find_run,
     launcher_alive,
     list_runs,
@@ -28,33 +27,32 @@ from launcher.runs.registry import (
     write_json_atomic,
 )
 
+if TYPE_CHECKING:
+    from launcher.backends.base import Backend
+
 CANCEL_WAIT = 120.0      # seconds for the launcher's ordered teardown after SIGTERM
 FOLLOW_EVERY = 0.2
 LIST_HEADER = ("id", "name", "backend", "state", "started", "duration", "step")
 
 
 # ---------------------------------------------------------------------- state, as seen now
+def _engine(state: dict) -> type[Backend]:
+    """The backend that follows this run: the one its state names."""
+    from launcher.backends import following
+
+    return following(state.get("backend"))
+
+
 def current_state(state: dict) -> tuple[str, str | None]:
     """(state, note): the recorded state, corrected by what can be seen now. A live state
-    whose launcher is gone is ``lost``; a Slurm job's engine state is asked from squeue."""
+    whose launcher is gone is ``lost``; where an engine holds the run (a Slurm job, a
+    TFJob), its backend asks the engine (``Backend.engine_state``)."""
     recorded = state.get("state")
     if recorded not in LIVE:
         return recorded, None
-    job = (state.get("handle") or {}).get("slurm_job")
-    if job:
-        from launcher.backends.slurm import LIVE_STATES, job_state
-
-        engine = job_state(job)
-        if engine in ("PENDING", "REQUEUED", "CONFIGURING"):
-            return "queued", f"Slurm job {job} is {engine}"
-        if engine not in LIVE_STATES:
-            return "lost", (f"the launcher died: Slurm job {job} is {engine} but the run "
-                            "never recorded its end")
-        return recorded, f"Slurm job {job} is {engine}"
-    if (state.get("handle") or {}).get("kubernetes"):
-        from launcher.backends.kubernetes import engine_state
-
-        return engine_state(state["handle"]["kubernetes"])
+    engine = _engine(state).engine_state(state.get("handle") or {}, recorded)
+    if engine is not None:
+        return engine
     alive = launcher_alive(state)
     if alive is False:
         launcher = state.get("launcher", {})
@@ -158,7 +156,7 @@ def status_main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     run_dir, state = _open_run(args)
     now, note = current_state(state)
-    where = describe_handle(state.get("handle") or {})
+    where = _engine(state).describe_handle(state.get("handle") or {})
     where = f"  {where}" if where else ""
     attempt = f"  attempt {state['attempt'] + 1}" if state.get("attempt") else ""
     print(f"run {state['run_id']}  {state['name']}  backend {state['backend']}{where}  "
@@ -174,11 +172,8 @@ def status_main(argv: list[str]) -> int:
     lease = status_line(state, lost=now == "lost")
     if lease:
         print(lease)
-    k8s = (state.get("handle") or {}).get("kubernetes")
-    if k8s and not state.get("tasks"):       # no launcher follows it: ask for the pods
-        from launcher.backends.kubernetes import engine_tasks
-
-        state["tasks"] = engine_tasks(k8s)
+    if not state.get("tasks"):       # no launcher follows it: the engine may show them
+        state["tasks"] = _engine(state).engine_tasks(state.get("handle") or {}) or []
     print(task_table(state, run_dir, now, every=args.all))
     return 0 if now in LIVE + ("succeeded",) else 1
 
@@ -265,14 +260,7 @@ def cancel_main(argv: list[str]) -> int:
     handle = state.get("handle") or {}
     if not handle.get("batch"):     # a launcher on this machine: its own ordered teardown
         _stop_launcher(state, run_dir)
-    if handle.get("slurm_job"):     # the launcher inside the batch job, or what is left
-        from launcher.backends.slurm import cancel_job
-
-        cancel_job(handle["slurm_job"], queued=now == "queued" or not handle.get("batch"))
-    elif handle.get("kubernetes"):
-        from launcher.backends.kubernetes import delete_run
-
-        delete_run(handle["kubernetes"])
+    _engine(state).cancel_run(handle, queued=now == "queued" or not handle.get("batch"))
     end_leftovers(state["run_id"])
     state = read_state(run_dir)
     if state.get("state") in LIVE:        # no launcher recorded the end: record it here

@@ -72,7 +72,7 @@ def detach(spec, backend, command: list[str] | None, args) -> int:
 
 def _submit(spec, backend, plan, run_dir: str, relaunch: list[str]) -> int:
     from launcher.api import write_plan
-    from launcher.runs.registry import RunState, describe_handle
+    from launcher.runs.registry import RunState
 
     os.makedirs(run_dir, exist_ok=True)
     state = RunState(run_dir, plan.run_id, plan.name, backend.name, max_steps=plan.max_steps,
@@ -84,7 +84,7 @@ def _submit(spec, backend, plan, run_dir: str, relaunch: list[str]) -> int:
         state.update(state="failed", reason=str(e), status=e.exit_status)
         raise
     state.update(handle=handle, launcher={})
-    _announce(plan.run_id, run_dir, f"submitted as {describe_handle(handle)}")
+    _announce(plan.run_id, run_dir, f"submitted as {backend.describe_handle(handle)}")
     return 0
 
 

@@ -216,16 +216,6 @@ def list_runs(root: str | None = None) -> list[tuple[str, dict | RunError]]:
                                        else 0))
 
 
-def describe_handle(handle: dict) -> str:
-    """'Slurm job 12', 'jobset ctr in namespace ml': what the engine calls the run."""
-    if handle.get("slurm_job"):
-        return f"Slurm job {handle['slurm_job']}"
-    k8s = handle.get("kubernetes")
-    if k8s:
-        return f"{k8s['kind']} {k8s['name']} in namespace {k8s['namespace']}"
-    return ""
-
-
 def run_state_name(status: int) -> str:
     """The run state for a launcher exit status: 0 succeeded, 128+N interrupted by a
     signal (Ctrl-C, ``launch cancel``, the engine's cancel), else failed."""
