@@ -11,7 +11,7 @@ import collections
 import re
 import statistics
 
-from launcher.output.summary import rows_table, with_gpus
+from launcher.output.table import rows_table, with_gpus
 
 GROUP_ABOVE = 16     # more tasks than this: grouped by role
 OUTLIERS = 5         # rows named per kind of outlier (failed, restarted)

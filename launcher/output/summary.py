@@ -30,9 +30,6 @@ STATUS_RULE = ("0: training finished and every task ended (an evaluator that did
                "signal N")
 SHORT = "training was ended by the launcher, but "
 
-HEADER = ("task", "address", "exit", "duration", "restarts", "log")
-
-
 def task_rows(tasks: list[TaskState]) -> list[dict[str, Any]]:
     """One row per task, from the tasks' snapshots: what summary.json keeps, what
     ``launcher.run`` returns, what state.json (``launch status``) and the closing table
@@ -60,26 +57,6 @@ def summary_table(rows: list[dict[str, Any]], every_row: str = "summary.json") -
 
     return grouped_table([row_cells(row) for row in rows], every_row,
                          [row.get("gpus") for row in rows])
-
-
-def with_gpus(rows: list[tuple[str, ...]], gpus: list[list[str] | None],
-              header: tuple[str, ...] = HEADER) -> tuple[list[tuple[str, ...]], tuple[str, ...]]:
-    """The rows and header with a ``gpus`` column after the address, where any task has
-    GPUs placed by the launcher (launcher/gpus.py); else as they are."""
-    from launcher.gpus import shown
-
-    if all(g is None for g in gpus):
-        return rows, header
-    return ([(*r[:2], shown(g), *r[2:]) for r, g in zip(rows, gpus)],
-            (*header[:2], "gpus", *header[2:]))
-
-
-def rows_table(rows: list[tuple[str, ...]], header: tuple[str, ...] = HEADER) -> str:
-    """Rows of cells as left-aligned columns under ``header`` (the summary's, and
-    ``launch status`` and ``launch list`` from a run's recorded state)."""
-    rows = [header, *rows]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
 
 def evaluation_of(result: JobResult, closing: Closing) -> str:

@@ -15,7 +15,8 @@ import sys
 import time
 from typing import IO, TYPE_CHECKING
 
-from launcher.output.summary import row_cells, rows_table, with_gpus
+from launcher.output.summary import row_cells
+from launcher.output.table import rows_table, with_gpus
 from launcher.runs.registry import (
     CANCEL_FILE,
     LIVE,
