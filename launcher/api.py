@@ -71,10 +71,35 @@ class RunResult:
         return self.status == 0
 
 
+def load_spec(path: str, overrides: dict[str, Any] | None = None):
+    """A spec file validated against the registered backends (launcher.spec.load_spec)."""
+    from launcher import spec
+    from launcher.backends import names
+
+    return spec.load_spec(path, overrides, backends=names())
+
+
+def parse_spec(text: str, source: str | None = None,
+               overrides: dict[str, Any] | None = None):
+    """JSON text as a Spec, validated against the registered backends."""
+    from launcher import spec
+    from launcher.backends import names
+
+    return spec.parse_spec(text, source, overrides, backends=names())
+
+
+def validate(raw: Any, source: str | None = None):
+    """A decoded JSON document as a Spec, validated against the registered backends."""
+    from launcher import spec
+    from launcher.backends import names
+
+    return spec.validate(raw, source, backends=names())
+
+
 def resolve_spec(spec, overrides: dict[str, Any] | None = None):
     """A Spec from a path, a dict (the JSON document) or a Spec; ``overrides`` replace
     top-level keys and are validated with the rest."""
-    from launcher.spec import Spec, load_spec, validate
+    from launcher.spec import Spec
 
     overrides = dict(overrides or {})
     if isinstance(spec, Spec):

@@ -17,8 +17,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from launcher import model_dir as model_dirs
+from launcher.checks import Address
 from launcher.expand import expand, expand_args
-from launcher.spec import TIMEOUT_DEFAULTS, Address, RestartPolicy, Spec, resources_for
+from launcher.spec import TIMEOUT_DEFAULTS, Spec, resources_for
+from orchestrator.policies import RestartPolicy
 from orchestrator.roles import in_start_order
 from orchestrator.steps import derive_max_steps
 
@@ -145,7 +147,7 @@ def max_steps_of(spec: Spec) -> int | None:
 
 def restart_policies(spec: Spec) -> dict[str, RestartPolicy]:
     """The restart policy of every role in the job: the spec's, else the default."""
-    from launcher.restarts import policy_of
+    from orchestrator.policies import policy_of
 
     roles = list(spec.cluster) + (["evaluator"] if spec.evaluator is not None else [])
     return {role: policy_of(role, spec.restart) for role in roles}

@@ -27,16 +27,16 @@ import signal
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from launcher.spec import RestartPolicy
 from orchestrator.decisions import CLUSTER, FAIL, IGNORE, RESTART, Decision
 from orchestrator.policies import (
     ALWAYS,
-    DEFAULTS,
     NEVER,
     TRANSIENT_ERRORS,
     VANISHED_CHECKPOINT,
     VANISHED_ROLES,
+    RestartPolicy,
     backoff_delay,
+    policy_of,
     scope_for,
 )
 from orchestrator.roles import TRAINERS
@@ -73,14 +73,6 @@ def classify_exit(status: int, tail: Iterable[str] = (), role: str | None = None
             if marker in line:
                 return TRANSIENT, f"failed with exit status {status} ({marker}: a peer went away)"
     return ERROR, f"failed with exit status {status}"
-
-
-def policy_of(role: str, given: dict[str, RestartPolicy]) -> RestartPolicy:
-    """The spec's policy for ``role``, else the default (orchestrator.policies)."""
-    if role in given:
-        return given[role]
-    d = DEFAULTS[role]
-    return RestartPolicy(d.policy, d.max_restarts, d.backoff)
 
 
 @dataclass

@@ -9,10 +9,25 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from launcher.checks import (
+    Address,
+    check_keys,
+    expect_argv,
+    expect_bool,
+    expect_dict,
+    expect_int,
+    expect_number,
+    expect_str,
+    fail,
+    parse_address,
+    type_name,
+)
 from launcher.errors import SpecError
+from orchestrator.policies import POLICIES, RestartPolicy
 from orchestrator.roles import JOB_NAMES, ROLES, TRAINERS, trainer_jobs
 
 # Besides these, each registered backend's name is a key: its options (launcher/backends).
@@ -39,30 +54,9 @@ TIMEOUT_DEFAULTS = {
     "job": 0.0,         # the whole job's deadline (0: none); then the ordered teardown
     "unresponsive": 30.0,  # a task whose TF server stops answering gRPC this long is lost
 }
-RESTART_POLICIES = ("never", "on-failure", "always")
 RESOURCE_KEYS = ("cpus", "memory", "gpus", "devices", "gpu_share", "partition", "time")
 _DEVICE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9/-]*$")   # an index or a UUID (GPU-..., MIG-...)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-_HOST_RE = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?$")
-
-
-@dataclass(frozen=True)
-class Address:
-    """One task's address as the spec gives it; port None means "pick a free one"."""
-
-    host: str
-    port: int | None = None
-
-    def __str__(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}" if self.port is not None else host
-
-
-@dataclass(frozen=True)
-class RestartPolicy:
-    policy: str = "never"
-    max_restarts: int = 0
-    backoff: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -137,13 +131,6 @@ class Spec:
         return self.strategy == "multi_worker_mirrored"
 
 
-def backend_names() -> tuple[str, ...]:
-    """The registered backends (each also names its options section)."""
-    from launcher.backends import names
-
-    return names()
-
-
 def resources_for(resources: dict[str, dict[str, Any]], role: str) -> dict[str, Any]:
     """A spec's ``resources``: resources.default overlaid with resources.<role>."""
     res = dict(resources.get("default", {}))
@@ -151,8 +138,10 @@ def resources_for(resources: dict[str, dict[str, Any]], role: str) -> dict[str, 
     return res
 
 
-def load_spec(path: str, overrides: dict[str, Any] | None = None) -> Spec:
-    """Read and validate a spec file; ``overrides`` replace top-level keys before validation."""
+def load_spec(path: str, overrides: dict[str, Any] | None = None, *,
+              backends: Sequence[str]) -> Spec:
+    """Read and validate a spec file; ``overrides`` replace top-level keys before validation.
+    ``backends``: the registered backends' names (launcher.api.load_spec hands them)."""
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
@@ -166,11 +155,11 @@ def load_spec(path: str, overrides: dict[str, Any] | None = None) -> Spec:
         raise SpecError("", f"spec file is not UTF-8 text: {path} ({e.reason})") from None
     except OSError as e:
         raise SpecError("", f"spec file cannot be read: {path} ({e.strerror or e})") from None
-    return parse_spec(text, source=path, overrides=overrides)
+    return parse_spec(text, source=path, overrides=overrides, backends=backends)
 
 
 def parse_spec(text: str, source: str | None = None,
-               overrides: dict[str, Any] | None = None) -> Spec:
+               overrides: dict[str, Any] | None = None, *, backends: Sequence[str]) -> Spec:
     """Parse JSON text into a Spec; raise SpecError naming the problem."""
     try:
         raw = json.loads(text)
@@ -183,146 +172,45 @@ def parse_spec(text: str, source: str | None = None,
     if overrides and isinstance(raw, dict):
         raw = {**raw, **overrides}
     try:
-        return validate(raw, source)
+        return validate(raw, source, backends=backends)
     except SpecError as e:
         if e.source is None and source is not None:
             raise SpecError(e.field, e.message, source) from None
         raise
 
 
-def _fail(field_name: str, message: str) -> SpecError:
-    return SpecError(field_name, message)
-
-
-def _type_name(value: Any) -> str:
-    return {
-        bool: "a boolean", int: "an integer", float: "a number", str: "a string",
-        list: "a list", dict: "an object", type(None): "null",
-    }.get(type(value), type(value).__name__)
-
-
-def check_keys(obj: dict, allowed: tuple[str, ...] | list[str], where: str) -> None:
-    """Unknown keys are errors; name the first one and the keys that are allowed."""
-    for key in obj:
-        if key not in allowed:
-            prefix = f"{where}." if where else ""
-            raise _fail(
-                f"{prefix}{key}", f"unknown key (allowed: {', '.join(sorted(allowed))})"
-            )
-
-
-def expect_dict(value: Any, where: str) -> dict:
-    if not isinstance(value, dict):
-        raise _fail(where, f"must be an object, got {_type_name(value)}")
-    return value
-
-
-def expect_str(value: Any, where: str, allow_empty: bool = False) -> str:
-    if not isinstance(value, str):
-        raise _fail(where, f"must be a string, got {_type_name(value)}")
-    if not allow_empty and not value.strip():
-        raise _fail(where, "must not be empty")
-    return value
-
-
-def expect_int(value: Any, where: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail(where, f"must be an integer, got {_type_name(value)}")
-    if value < minimum:
-        raise _fail(where, f"must be at least {minimum}, got {value}")
-    return value
-
-
-def expect_number(value: Any, where: str, minimum: float = 0.0) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _fail(where, f"must be a number, got {_type_name(value)}")
-    if value < minimum or value != value:
-        raise _fail(where, f"must be at least {minimum}, got {value}")
-    return float(value)
-
-
-def expect_bool(value: Any, where: str) -> bool:
-    if not isinstance(value, bool):
-        raise _fail(where, f"must be true or false, got {_type_name(value)}")
-    return value
-
-
-def expect_argv(value: Any, where: str) -> list[str]:
-    if not isinstance(value, list) or not value:
-        raise _fail(where, "must be a non-empty list of strings (the program and its arguments)")
-    for i, arg in enumerate(value):
-        if not isinstance(arg, str):
-            raise _fail(f"{where}[{i}]", f"must be a string, got {_type_name(arg)}")
-        if "\x00" in arg:
-            raise _fail(f"{where}[{i}]", "must not contain a NUL character")
-    if not value[0].strip():
-        raise _fail(f"{where}[0]", "the program name must not be empty")
-    return list(value)
-
-
-def parse_address(value: Any, where: str) -> Address:
-    """'host', 'host:port' or '[v6]:port'."""
-    text = expect_str(value, where)
-    if text != text.strip():
-        raise _fail(where, f"address {text!r} has leading or trailing spaces")
-    host, port_text = text, None
-    if text.startswith("["):
-        end = text.find("]")
-        if end < 0:
-            raise _fail(where, f"address {text!r} has '[' without ']'")
-        host, rest = text[1:end], text[end + 1:]
-        if rest:
-            if not rest.startswith(":"):
-                raise _fail(where, f"address {text!r}: expected ':PORT' after ']'")
-            port_text = rest[1:]
-    elif text.count(":") == 1:
-        host, port_text = text.split(":")
-    elif text.count(":") > 1:
-        raise _fail(where, f"address {text!r}: write IPv6 addresses as [ADDR]:PORT")
-    if not host or (":" not in host and not _HOST_RE.match(host)):
-        raise _fail(where, f"address {text!r} has an invalid host name")
-    port = None
-    if port_text is not None:
-        if not port_text.isdigit():
-            raise _fail(where, f"address {text!r}: port {port_text!r} is not a number")
-        port = int(port_text)
-        if not 1 <= port <= 65535:
-            raise _fail(where, f"address {text!r}: port {port} is outside 1-65535")
-    return Address(host, port)
-
-
 def _parse_cluster(raw: Any) -> dict[str, list[Address]]:
     cluster = expect_dict(raw, "cluster")
     if not cluster:
-        raise _fail("cluster", "must name at least one job (chief, worker, ps)")
+        raise fail("cluster", "must name at least one job (chief, worker, ps)")
     out: dict[str, list[Address]] = {}
     for job, value in cluster.items():
         where = f"cluster.{job}"
         if job == "evaluator":
-            raise _fail(where, "the evaluator is given apart from cluster, as the top-level "
+            raise fail(where, "the evaluator is given apart from cluster, as the top-level "
                                "key \"evaluator\" (TensorFlow keeps it outside the cluster)")
         if job not in JOB_NAMES:
-            raise _fail(where, f"unknown job name (allowed: {', '.join(JOB_NAMES)})")
+            raise fail(where, f"unknown job name (allowed: {', '.join(JOB_NAMES)})")
         if isinstance(value, bool) or not isinstance(value, (int, list)):
-            raise _fail(where, "must be a list of addresses or a count of tasks on localhost, "
-                               f"got {_type_name(value)}")
+            raise fail(where, "must be a list of addresses or a count of tasks on localhost, "
+                               f"got {type_name(value)}")
         if isinstance(value, int):
             if value < 1:
-                raise _fail(where, f"task count must be at least 1, got {value}")
+                raise fail(where, f"task count must be at least 1, got {value}")
             if value > 4096:
-                raise _fail(where, f"task count {value} is more than 4096")
+                raise fail(where, f"task count {value} is more than 4096")
             out[job] = [Address("localhost") for _ in range(value)]
         else:
             if not value:
-                raise _fail(where, "must list at least one address (leave the job out instead)")
+                raise fail(where, "must list at least one address (leave the job out instead)")
             out[job] = [parse_address(a, f"{where}[{i}]") for i, a in enumerate(value)]
     for job in ("chief", "master"):
         if job in out and len(out[job]) > 1:
-            raise _fail(f"cluster.{job}", f"at most one {job} task, got {len(out[job])}")
+            raise fail(f"cluster.{job}", f"at most one {job} task, got {len(out[job])}")
     if "master" in out and "chief" in out:
-        raise _fail("cluster.master", "legacy 'master' cannot be used together with 'chief'")
+        raise fail("cluster.master", "legacy 'master' cannot be used together with 'chief'")
     if not any(j in out for j in TRAINERS):
-        raise _fail("cluster", "needs a task that trains: chief, master or worker")
+        raise fail("cluster", "needs a task that trains: chief, master or worker")
     return out
 
 
@@ -337,7 +225,7 @@ def _check_duplicates(cluster: dict[str, list[Address]], evaluator: Address | No
             continue
         key = (addr.host.lower(), addr.port)
         if key in seen:
-            raise _fail(where, f"address {addr} is already used by {seen[key]}")
+            raise fail(where, f"address {addr} is already used by {seen[key]}")
         seen[key] = where
 
 
@@ -345,11 +233,11 @@ def _parse_env(raw: Any, where: str) -> dict[str, str]:
     env: dict[str, str] = {}
     for key, value in expect_dict(raw, where).items():
         if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
-            raise _fail(f"{where}.{key}", "is not a valid environment variable name")
+            raise fail(f"{where}.{key}", "is not a valid environment variable name")
         if key == "TF_CONFIG" or key.startswith("TFCLUSTER_"):
-            raise _fail(f"{where}.{key}", "is set by tfcluster for every task; do not set it")
+            raise fail(f"{where}.{key}", "is set by tfcluster for every task; do not set it")
         if key == "CUDA_VISIBLE_DEVICES":
-            raise _fail(f"{where}.{key}", "is set by tfcluster for every task from its "
+            raise fail(f"{where}.{key}", "is set by tfcluster for every task from its "
                                           "resources: give resources.ROLE.gpus or .devices "
                                           "(docs/gpus.md)")
         env[key] = expect_str(value, f"{where}.{key}", allow_empty=True)
@@ -364,7 +252,7 @@ def _parse_roles(raw: Any, cluster: dict[str, list[Address]],
     for role, value in roles.items():
         where = f"roles.{role}"
         if role not in cluster and not (role == "evaluator" and evaluator is not None):
-            raise _fail(where, f"the spec has no {role} task (add it to "
+            raise fail(where, f"the spec has no {role} task (add it to "
                                f"{'evaluator' if role == 'evaluator' else 'cluster'} or "
                                "leave it out of roles)")
         settings = expect_dict(value, where)
@@ -389,8 +277,8 @@ def _parse_restart(raw: Any) -> dict[str, RestartPolicy]:
         pol = expect_dict(value, where)
         check_keys(pol, ("policy", "max_restarts", "backoff"), where)
         policy = expect_str(pol.get("policy", "on-failure"), f"{where}.policy")
-        if policy not in RESTART_POLICIES:
-            raise _fail(f"{where}.policy", f"must be one of {', '.join(RESTART_POLICIES)}, "
+        if policy not in POLICIES:
+            raise fail(f"{where}.policy", f"must be one of {', '.join(POLICIES)}, "
                                            f"got {policy!r}")
         default_max = 0 if policy == "never" else 3
         max_restarts = expect_int(pol.get("max_restarts", default_max), f"{where}.max_restarts",
@@ -416,16 +304,16 @@ def _parse_resources(raw: Any) -> dict[str, dict[str, Any]]:
             if key in res:
                 clean[key] = expect_str(res[key], f"{where}.{key}")
         if "memory" in clean and not re.match(r"^\d+(\.\d+)?([KMGT]i?)?$", clean["memory"]):
-            raise _fail(f"{where}.memory", f"must look like '4G', '512M' or '2Gi', got "
+            raise fail(f"{where}.memory", f"must look like '4G', '512M' or '2Gi', got "
                                            f"{clean['memory']!r}")
         if "gpu_share" in res:
             clean["gpu_share"] = expect_bool(res["gpu_share"], f"{where}.gpu_share")
         if "devices" in res:
             if role == "default":
-                raise _fail(f"{where}.devices", "names each task's GPUs: give it per role "
+                raise fail(f"{where}.devices", "names each task's GPUs: give it per role "
                                                 "(resources.worker.devices)")
             if "gpus" in res:
-                raise _fail(f"{where}.devices", "give gpus (a count) or devices (each "
+                raise fail(f"{where}.devices", "give gpus (a count) or devices (each "
                                                 "task's GPUs), not both")
             clean["devices"] = _parse_devices(res["devices"], f"{where}.devices")
         out[role] = clean
@@ -436,7 +324,7 @@ def _parse_devices(raw: Any, where: str) -> list[str]:
     """resources.ROLE.devices: one entry per task of the role, as CUDA_VISIBLE_DEVICES
     writes it: "0", "0,1", a UUID, or "" (no GPU)."""
     if not isinstance(raw, list) or not raw:
-        raise _fail(where, "must be a list with one entry per task of the role (\"0,1\", "
+        raise fail(where, "must be a list with one entry per task of the role (\"0,1\", "
                            "a GPU UUID, or \"\" for none)")
     out = []
     for i, entry in enumerate(raw):
@@ -446,9 +334,9 @@ def _parse_devices(raw: Any, where: str) -> list[str]:
         names = [d.strip() for d in text.split(",")] if text.strip() else []
         for d in names:
             if not _DEVICE_RE.match(d):
-                raise _fail(f"{where}[{i}]", f"{d!r} is not a GPU index or UUID")
+                raise fail(f"{where}[{i}]", f"{d!r} is not a GPU index or UUID")
         if len(set(names)) != len(names):
-            raise _fail(f"{where}[{i}]", f"names a GPU twice: {text!r}")
+            raise fail(f"{where}[{i}]", f"names a GPU twice: {text!r}")
         out.append(",".join(names))
     return out
 
@@ -461,91 +349,40 @@ def _check_devices(resources: dict[str, dict[str, Any]], cluster: dict[str, list
             continue
         n = len(cluster.get(role, [])) if role != "evaluator" else int(evaluator is not None)
         if len(res["devices"]) != n:
-            raise _fail(f"resources.{role}.devices", f"has {len(res['devices'])} entries for "
+            raise fail(f"resources.{role}.devices", f"has {len(res['devices'])} entries for "
                                                      f"{n} {role} task{'s' if n != 1 else ''}"
                                                      ": give one per task")
 
 
-def validate(raw: Any, source: str | None = None) -> Spec:
-    """Validate a decoded JSON document; return a Spec."""
+def validate(raw: Any, source: str | None = None, *, backends: Sequence[str]) -> Spec:
+    """Validate a decoded JSON document; return a Spec. ``backends``: the names of the
+    registered backends, each also the key of its options section (checked by the backend
+    itself, launcher/backends/options.py)."""
+    backends = tuple(backends)
     spec_obj = expect_dict(raw, "spec")
-    backends = backend_names()
     check_keys(spec_obj, TOP_LEVEL_KEYS + backends, "")
     if "cluster" not in spec_obj:
-        raise _fail("cluster", "is required (job name to a list of addresses)")
+        raise fail("cluster", "is required (job name to a list of addresses)")
     cluster = _parse_cluster(spec_obj["cluster"])
-
-    evaluator = None
-    if spec_obj.get("evaluator") is not None:
-        evaluator = parse_address(spec_obj["evaluator"], "evaluator")
-        if "master" in cluster:
-            raise _fail("evaluator", "legacy 'master' cannot be used together with an evaluator")
+    evaluator = _parse_evaluator(spec_obj, cluster)
     _check_duplicates(cluster, evaluator)
-
-    default_name = os.path.splitext(os.path.basename(source))[0] if source else "job"
-    name = expect_str(spec_obj.get("name", default_name), "name")
-    if not _NAME_RE.match(name):
-        raise _fail("name", f"{name!r} must be letters, digits, '_', '.', '-' (at most 63)")
-
-    command = []
-    if "command" in spec_obj:
-        command = expect_argv(spec_obj["command"], "command")
-
+    name = _parse_name(spec_obj, source)
+    command = expect_argv(spec_obj["command"], "command") if "command" in spec_obj else []
     if "model_dir" not in spec_obj:
-        raise _fail("model_dir", "is required (a path or fsspec URL shared by every task)")
+        raise fail("model_dir", "is required (a path or fsspec URL shared by every task)")
     model_dir = expect_str(spec_obj["model_dir"], "model_dir")
-
-    max_steps = None
-    if spec_obj.get("max_steps") is not None:
-        max_steps = expect_int(spec_obj["max_steps"], "max_steps")
-    epoch_keys = [k for k in ("epochs", "examples", "batch_size") if spec_obj.get(k) is not None]
-    epochs = examples = batch_size = None
-    if epoch_keys:
-        if max_steps is not None:
-            raise _fail(epoch_keys[0], "give either max_steps or epochs/examples/batch_size, "
-                                       "not both")
-        missing = [k for k in ("epochs", "examples", "batch_size") if k not in epoch_keys]
-        if missing:
-            raise _fail(missing[0], f"is required together with {', '.join(epoch_keys)} "
-                                    "(max_steps is derived from epochs, examples, batch_size)")
-        epochs = expect_int(spec_obj["epochs"], "epochs")
-        examples = expect_int(spec_obj["examples"], "examples")
-        batch_size = expect_int(spec_obj["batch_size"], "batch_size")
-
+    max_steps, epochs, examples, batch_size = _parse_steps(spec_obj)
     backend = expect_str(spec_obj.get("backend", "local"), "backend")
     if backend not in backends:
-        raise _fail("backend", f"unknown backend {backend!r} (allowed: {', '.join(backends)})")
-
-    n_trainers = sum(len(cluster.get(j, [])) for j in TRAINERS)
-    inferred = ("multi_worker_mirrored" if "ps" not in cluster and n_trainers > 1
-                else "estimator")
-    strategy = expect_str(spec_obj.get("strategy", inferred), "strategy")
-    if strategy not in STRATEGIES:
-        raise _fail("strategy", f"unknown strategy {strategy!r} (allowed: "
-                                f"{', '.join(STRATEGIES)})")
-    if strategy == "parameter_server" and ("ps" not in cluster or "worker" not in cluster):
-        raise _fail("strategy", "parameter_server needs at least one ps and one worker")
-    if strategy == "multi_worker_mirrored" and "ps" in cluster:
-        raise _fail("strategy", "multi_worker_mirrored takes no ps (remove cluster.ps)")
-
+        raise fail("backend", f"unknown backend {backend!r} (allowed: {', '.join(backends)})")
+    strategy = _parse_strategy(spec_obj, cluster)
     env = _parse_env(spec_obj["env"], "env") if "env" in spec_obj else {}
-
-    timeouts = dict(TIMEOUT_DEFAULTS)
-    if "timeouts" in spec_obj:
-        given = expect_dict(spec_obj["timeouts"], "timeouts")
-        check_keys(given, tuple(TIMEOUT_DEFAULTS), "timeouts")
-        for key, value in given.items():
-            timeouts[key] = expect_number(value, f"timeouts.{key}")
-        if timeouts["poll"] <= 0:
-            raise _fail("timeouts.poll", "must be greater than 0")
-
+    timeouts = _parse_timeouts(spec_obj["timeouts"]) if "timeouts" in spec_obj else \
+        dict(TIMEOUT_DEFAULTS)
     resources = _parse_resources(spec_obj["resources"]) if "resources" in spec_obj else {}
     _check_devices(resources, cluster, evaluator)
-
-    backend_options = {}
-    for section in backends:
-        if section in spec_obj:
-            backend_options[section] = expect_dict(spec_obj[section], section)
+    backend_options = {section: expect_dict(spec_obj[section], section)
+                       for section in backends if section in spec_obj}
 
     return Spec(
         name=name,
@@ -572,3 +409,66 @@ def validate(raw: Any, source: str | None = None) -> Spec:
         roles=_parse_roles(spec_obj["roles"], cluster, evaluator) if "roles" in spec_obj else {},
         source=source,
     )
+
+
+def _parse_evaluator(spec_obj: dict, cluster: dict[str, list[Address]]) -> Address | None:
+    if spec_obj.get("evaluator") is None:
+        return None
+    evaluator = parse_address(spec_obj["evaluator"], "evaluator")
+    if "master" in cluster:
+        raise fail("evaluator", "legacy 'master' cannot be used together with an evaluator")
+    return evaluator
+
+
+def _parse_name(spec_obj: dict, source: str | None) -> str:
+    default_name = os.path.splitext(os.path.basename(source))[0] if source else "job"
+    name = expect_str(spec_obj.get("name", default_name), "name")
+    if not _NAME_RE.match(name):
+        raise fail("name", f"{name!r} must be letters, digits, '_', '.', '-' (at most 63)")
+    return name
+
+
+def _parse_steps(spec_obj: dict) -> tuple[int | None, int | None, int | None, int | None]:
+    """max_steps, or epochs, examples and batch_size (max_steps is derived from them)."""
+    max_steps = None
+    if spec_obj.get("max_steps") is not None:
+        max_steps = expect_int(spec_obj["max_steps"], "max_steps")
+    epoch_keys = [k for k in ("epochs", "examples", "batch_size") if spec_obj.get(k) is not None]
+    if not epoch_keys:
+        return max_steps, None, None, None
+    if max_steps is not None:
+        raise fail(epoch_keys[0], "give either max_steps or epochs/examples/batch_size, "
+                                  "not both")
+    missing = [k for k in ("epochs", "examples", "batch_size") if k not in epoch_keys]
+    if missing:
+        raise fail(missing[0], f"is required together with {', '.join(epoch_keys)} "
+                               "(max_steps is derived from epochs, examples, batch_size)")
+    return (None, expect_int(spec_obj["epochs"], "epochs"),
+            expect_int(spec_obj["examples"], "examples"),
+            expect_int(spec_obj["batch_size"], "batch_size"))
+
+
+def _parse_strategy(spec_obj: dict, cluster: dict[str, list[Address]]) -> str:
+    n_trainers = sum(len(cluster.get(j, [])) for j in TRAINERS)
+    inferred = ("multi_worker_mirrored" if "ps" not in cluster and n_trainers > 1
+                else "estimator")
+    strategy = expect_str(spec_obj.get("strategy", inferred), "strategy")
+    if strategy not in STRATEGIES:
+        raise fail("strategy", f"unknown strategy {strategy!r} (allowed: "
+                               f"{', '.join(STRATEGIES)})")
+    if strategy == "parameter_server" and ("ps" not in cluster or "worker" not in cluster):
+        raise fail("strategy", "parameter_server needs at least one ps and one worker")
+    if strategy == "multi_worker_mirrored" and "ps" in cluster:
+        raise fail("strategy", "multi_worker_mirrored takes no ps (remove cluster.ps)")
+    return strategy
+
+
+def _parse_timeouts(raw: Any) -> dict[str, float]:
+    timeouts = dict(TIMEOUT_DEFAULTS)
+    given = expect_dict(raw, "timeouts")
+    check_keys(given, tuple(TIMEOUT_DEFAULTS), "timeouts")
+    for key, value in given.items():
+        timeouts[key] = expect_number(value, f"timeouts.{key}")
+    if timeouts["poll"] <= 0:
+        raise fail("timeouts.poll", "must be greater than 0")
+    return timeouts

@@ -26,25 +26,27 @@ from orchestrator.decisions import CLUSTER, TASK
 from orchestrator.roles import TRAINERS
 
 NEVER, ON_FAILURE, ALWAYS = "never", "on-failure", "always"
-__all__ = ["CLUSTER", "TASK", "NEVER", "ON_FAILURE", "ALWAYS", "DEFAULTS", "scope_for",
-           "backoff_delay", "TRANSIENT_ERRORS", "RoleDefaults", "MAX_BACKOFF"]
+POLICIES = (NEVER, ON_FAILURE, ALWAYS)
+__all__ = ["CLUSTER", "TASK", "NEVER", "ON_FAILURE", "ALWAYS", "POLICIES", "DEFAULTS",
+           "SCOPES", "scope_for", "policy_of", "backoff_delay", "TRANSIENT_ERRORS",
+           "RestartPolicy", "MAX_BACKOFF"]
 
 
 @dataclass(frozen=True)
-class RoleDefaults:
-    policy: str
-    max_restarts: int
-    backoff: float      # seconds before the first restart; doubled for each next one
-    scope: str          # TASK or CLUSTER
+class RestartPolicy:
+    """A role's restart rule: the default below, or the spec's ``restart`` section."""
+
+    policy: str = NEVER         # NEVER, ON_FAILURE or ALWAYS
+    max_restarts: int = 0
+    backoff: float = 1.0        # seconds before the first restart; doubled for each next one
 
 
-DEFAULTS: dict[str, RoleDefaults] = {
-    "chief": RoleDefaults(ON_FAILURE, 3, 1.0, TASK),
-    "master": RoleDefaults(ON_FAILURE, 3, 1.0, TASK),
-    "worker": RoleDefaults(ON_FAILURE, 3, 1.0, TASK),
-    "ps": RoleDefaults(ON_FAILURE, 3, 1.0, CLUSTER),
-    "evaluator": RoleDefaults(ON_FAILURE, 3, 1.0, TASK),
-}
+DEFAULTS: dict[str, RestartPolicy] = {
+    role: RestartPolicy(ON_FAILURE, 3, 1.0)
+    for role in ("chief", "master", "worker", "ps", "evaluator")}
+# What restarts when a task of the role is lost: TensorFlow's rule, not a preference.
+SCOPES: dict[str, str] = {"chief": TASK, "master": TASK, "worker": TASK, "ps": CLUSTER,
+                          "evaluator": TASK}
 MAX_BACKOFF = 60.0
 
 # An error exit whose output names one of these was caused by a peer (a ps or worker that
@@ -71,7 +73,12 @@ def scope_for(role: str, synchronous: bool) -> str:
     no ps and several trainers (every trainer is in every all-reduce)."""
     if synchronous and role in TRAINERS:
         return CLUSTER
-    return DEFAULTS[role].scope
+    return SCOPES[role]
+
+
+def policy_of(role: str, given: dict[str, RestartPolicy]) -> RestartPolicy:
+    """The spec's policy for ``role`` (``given``), else the default."""
+    return given.get(role, DEFAULTS[role])
 
 
 def backoff_delay(base: float, attempt: int) -> float:

@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 
 from support import FakeClock
 
+from launcher.api import parse_spec
 from launcher.backends import register, unregister
 from launcher.backends.base import Backend, TaskHandle
 from launcher.job import Job, JobResult
 from launcher.output.console import Console
 from launcher.plan import TaskPlan, build_plan
-from launcher.spec import parse_spec
 
 
 @dataclass

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, Callable, ClassVar
 
 if TYPE_CHECKING:
+    from launcher.checks import Address
     from launcher.gpus import Gpu, Machine
     from launcher.plan import JobPlan, Reservation, TaskPlan
-    from launcher.spec import Address
 
 
 @dataclass

@@ -43,10 +43,10 @@ from launcher import gpus
 from launcher.backends.base import Backend, ProbeResult, TaskHandle
 from launcher.backends.options import option
 from launcher.backends.processes import dies_with_parent, free_port, port_taken, task_environ
+from launcher.checks import Address
 from launcher.errors import PreflightError, SpecError
 from launcher.model_dir import ModelDir
 from launcher.plan import JobPlan, TaskPlan
-from launcher.spec import Address
 
 DEFAULT_IMAGE = "tfcluster:tf2.15"
 HOST_NETWORK = "host"

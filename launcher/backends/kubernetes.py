@@ -39,10 +39,11 @@ from typing import Any
 
 from launcher.backends.base import Backend, ProbeResult, TaskHandle
 from launcher.backends.options import option
+from launcher.checks import Address
 from launcher.errors import PreflightError, SpecError
 from launcher.plan import JobPlan, Reservation, TaskPlan
 from launcher.redact import redact_env
-from launcher.spec import Address, RestartPolicy
+from orchestrator.policies import RestartPolicy
 
 MODES = ("tfjob", "plain", "jobset")
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"

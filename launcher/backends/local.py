@@ -24,10 +24,10 @@ from launcher.backends.processes import (
 )
 from launcher.backends.remote_bootstrap import refusal_in_words, refused_status, start_failure_line
 from launcher.backends.watchdog import Watchdog
+from launcher.checks import Address
 from launcher.errors import PreflightError
 from launcher.plan import JobPlan, Reservation, TaskPlan
 from launcher.preflight.environment import check_local_programs
-from launcher.spec import Address
 
 LOCALHOST = "localhost"
 # what setpriv (launcher/backends/processes.py: dies_with_parent) says when the task's exec fails

@@ -46,7 +46,7 @@ def keys(options_type: type) -> tuple[str, ...]:
 
 def parse(options_type: type, raw: Any, where: str) -> Any:
     """An ``options_type`` from a spec section; SpecError naming the field otherwise."""
-    from launcher.spec import check_keys, expect_dict
+    from launcher.checks import check_keys, expect_dict
 
     section = expect_dict(raw if raw is not None else {}, where)
     check_keys(section, keys(options_type), where)
@@ -61,7 +61,7 @@ def parse(options_type: type, raw: Any, where: str) -> Any:
 
 
 def _one_line(value: Any, where: str) -> str:
-    from launcher.spec import expect_str
+    from launcher.checks import expect_str
 
     text = expect_str(value, where)
     if "\n" in text or "\x00" in text:
@@ -70,7 +70,7 @@ def _one_line(value: Any, where: str) -> str:
 
 
 def _value(meta: dict, value: Any, where: str) -> Any:
-    from launcher.spec import expect_argv, expect_bool, expect_dict, expect_int, expect_number
+    from launcher.checks import expect_argv, expect_bool, expect_dict, expect_int, expect_number
 
     kind = meta["kind"]
     low, high = meta["minimum"], meta["maximum"]

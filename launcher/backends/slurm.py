@@ -38,13 +38,10 @@ from launcher.backends.base import Backend, ProbeResult, TaskHandle
 from launcher.backends.options import option
 from launcher.backends.processes import ProcessHandle, dies_with_parent, free_port, task_environ
 from launcher.backends.watchdog import Watchdog
+from launcher.checks import Address
 from launcher.errors import PreflightError, SpecError
 from launcher.plan import JobPlan, Reservation, TaskPlan
-from launcher.spec import (
-    ROLES,
-    Address,
-    resources_for,
-)
+from launcher.spec import ROLES, resources_for
 
 DEFAULT_SIGNAL_LEAD = 120          # seconds before the time limit for the warning signal
 CANCEL_WAIT = 120.0                # seconds for the launcher's teardown after `launch cancel`

@@ -37,12 +37,10 @@ from launcher.backends.base import Backend, ProbeResult, TaskHandle
 from launcher.backends.options import option
 from launcher.backends.options import parse as parse_section
 from launcher.backends.processes import dies_with_parent
+from launcher.checks import expect_str
 from launcher.errors import PreflightError, SpecError
 from launcher.plan import JobPlan, TaskPlan
 from launcher.preflight.storage_check import probe_python
-from launcher.spec import (
-    expect_str,
-)
 
 # OpenSSH options the backend sets itself or that have their own key in the ssh section.
 RESERVED = {"batchmode": "", "stricthostkeychecking": "strict_host_key_checking",

@@ -19,7 +19,7 @@ SPEC = {"name": "api", "cluster": {"chief": 1, "ps": 1}, "model_dir": "m", "max_
 
 
 def test_dry_run_takes_a_path_a_dict_or_a_spec_and_overrides(tmp_path):
-    from launcher.spec import parse_spec
+    from launcher.api import parse_spec
 
     path = tmp_path / "s.json"
     path.write_text(json.dumps(SPEC))

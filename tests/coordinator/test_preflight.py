@@ -13,6 +13,7 @@ import pytest
 from support import PY_TF215, run_launch
 from tf_writes import FakeTrainer
 
+from launcher.api import parse_spec
 from launcher.backends.local import LocalBackend
 from launcher.errors import PreflightError
 from launcher.events import EventLog, read_events
@@ -20,7 +21,6 @@ from launcher.output.console import Console
 from launcher.output.progress import progress_line
 from launcher.plan import build_plan
 from launcher.preflight.storage_check import PROBE_PREFIX, already_trained, check_shared_storage
-from launcher.spec import parse_spec
 from orchestrator.coordinator import Progress
 
 SLEEP = ["-c", "import time; time.sleep(30)"]

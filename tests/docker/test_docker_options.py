@@ -108,8 +108,8 @@ def test_a_container_killed_by_a_signal_reads_as_that_signal():
 
 
 def test_the_launcher_reads_model_dir_through_the_bind_mount_that_holds_it():
+    from launcher.api import validate
     from launcher.backends.docker import DockerBackend
-    from launcher.spec import validate
 
     spec = validate(docker_spec("/shared/model", ["/data/runs:/shared", "/fast:/shared/model/x"]))
     backend = DockerBackend(DockerBackend.validate_options(spec.backend_options["docker"],

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from launcher.spec import TOP_LEVEL_KEYS, backend_names
+from launcher.backends import names as backend_names
+from launcher.spec import TOP_LEVEL_KEYS
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from launcher import cli
+from launcher.api import parse_spec, validate
 from launcher.errors import SpecError
-from launcher.spec import Spec, parse_spec, validate
+from launcher.spec import Spec
 
 
 def base_spec(tmp_path: Path) -> dict:

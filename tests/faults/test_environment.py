@@ -7,11 +7,11 @@ import sys
 
 import pytest
 
+from launcher.api import parse_spec
 from launcher.backends.local import LocalBackend
 from launcher.errors import PreflightError
 from launcher.plan import build_plan
 from launcher.preflight.storage_check import check_shared_storage
-from launcher.spec import parse_spec
 
 
 class ProbingLocal(LocalBackend):

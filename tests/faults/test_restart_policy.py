@@ -7,9 +7,9 @@ import signal
 
 import pytest
 
+from launcher.api import parse_spec
 from launcher.restarts import ERROR, OK, SIGNAL, TRANSIENT, RestartBook, classify_exit
-from launcher.spec import RestartPolicy, parse_spec
-from orchestrator.policies import CLUSTER, TASK, backoff_delay, scope_for
+from orchestrator.policies import CLUSTER, TASK, RestartPolicy, backoff_delay, scope_for
 
 TRACEBACK = ["Traceback (most recent call last):", '  File "train.py", line 3',
              "ValueError: bad feature column"]

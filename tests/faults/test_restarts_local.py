@@ -227,11 +227,11 @@ class LosesPsOnce:
 
 
 def test_a_monitor_naming_a_lost_task_goes_through_the_restart_policy(tmp_path):
+    from launcher.api import load_spec
     from launcher.backends.local import LocalBackend
     from launcher.job import Job
     from launcher.output.console import Console
     from launcher.plan import build_plan
-    from launcher.spec import load_spec
 
     plan = {"chief": ["forever", "exit 0 after 1"], "worker": ["forever"], "ps": ["forever"]}
     spec = load_spec(str(write_spec(tmp_path, plan, evaluator=None)))

@@ -7,11 +7,11 @@ import json
 
 from scripted_backend import Lines, Script, ScriptedBackend
 
+from launcher.api import parse_spec
 from launcher.gpus import Gpu, Machine, place
 from launcher.job import Job
 from launcher.output.console import Console
 from launcher.plan import build_plan
-from launcher.spec import parse_spec
 
 GPUS = tuple(Gpu(i, f"GPU-{i}") for i in range(4))
 

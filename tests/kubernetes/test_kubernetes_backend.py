@@ -342,7 +342,7 @@ def test_the_plan_has_the_pods_and_the_spec_stays_as_given(tmp_path):
     """The backend places each task at its pod while the plan is built; it never sees,
     let alone rewrites, the spec."""
     from launcher import api
-    from launcher.spec import load_spec
+    from launcher.api import load_spec
 
     path = str(write_spec(tmp_path, "jobset"))
     spec, backend = api.prepare(path)

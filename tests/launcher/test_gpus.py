@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from launcher.api import parse_spec
 from launcher.gpus import (
     Ask,
     Gpu,
@@ -21,7 +22,6 @@ from launcher.gpus import (
     parse_query,
     restrict,
 )
-from launcher.spec import parse_spec
 
 TRAINERS = ("chief", "master", "worker")
 

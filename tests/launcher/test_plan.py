@@ -5,8 +5,9 @@ from __future__ import annotations
 import itertools
 import json
 
+from launcher.api import parse_spec
+from launcher.checks import Address
 from launcher.plan import build_plan, reservation
-from launcher.spec import Address, parse_spec
 
 
 def plan_of(doc: dict, **kwargs):

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from launcher.api import parse_spec
 from launcher.expand import expand
 from launcher.plan import build_plan
-from launcher.spec import parse_spec
 
 TF1 = ["python", "train.py", "--job_name=$(TFCLUSTER_TASK_TYPE)",
        "--task_index=$(TFCLUSTER_TASK_INDEX)", "--ps_hosts=$(TFCLUSTER_PS_HOSTS)",

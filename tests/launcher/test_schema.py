@@ -9,8 +9,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from launcher.api import parse_spec
 from launcher.errors import SpecError
-from launcher.spec import parse_spec
 
 SPECS = Path(__file__).resolve().parents[2] / "cluster_specs"
 SCHEMA = json.loads((SPECS / "schema.json").read_text())

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
+from launcher.api import parse_spec
+from launcher.checks import Address
 from launcher.errors import SpecError
-from launcher.spec import Address, parse_spec
 
 
 def spec_text(**overrides) -> str:

@@ -9,9 +9,9 @@ import time
 
 from support import PY_TF215
 
+from launcher.api import validate
 from launcher.backends.ssh import SSHBackend
 from launcher.plan import build_plan
-from launcher.spec import validate
 
 
 def make_backend(bed, command: list[str]):
