@@ -14,7 +14,7 @@ import pytest
 from support import PY_TF215, REPO, launch_cmd, run_launch
 
 from orchestrator.checkpoints import newest_complete, stored_global_step
-from orchestrator.coordinator import newest_event_step
+from orchestrator.tfformats import newest_event_step
 
 pytestmark = pytest.mark.tf
 JOB = str(REPO / "tests" / "coordinator" / "jobs" / "repeat_forever.py")
