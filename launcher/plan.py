@@ -71,17 +71,13 @@ class JobPlan:
     name: str
     model_dir: str
     max_steps: int | None
+    storage: model_dirs.ModelDir     # model_dir as the launcher reads it
     tasks: list[TaskPlan] = field(default_factory=list)
     strategy: str = "estimator"
     backend: str = "local"
     timeouts: dict[str, float] = field(default_factory=lambda: dict(TIMEOUT_DEFAULTS))
     restart: dict[str, RestartPolicy] = field(default_factory=dict)
     check_storage: bool = True
-    storage: model_dirs.ModelDir | None = None    # model_dir as the launcher reads it
-
-    def __post_init__(self) -> None:
-        if self.storage is None:
-            self.storage = model_dirs.ModelDir(self.model_dir)
 
     def task(self, type_: str, index: int = 0) -> TaskPlan:
         return next(t for t in self.tasks if t.type == type_ and t.index == index)
@@ -97,7 +93,7 @@ class JobPlan:
                 "backend": self.backend, "timeouts": self.timeouts,
                 "restart": {role: asdict(p) for role, p in self.restart.items()},
                 "check_storage": self.check_storage,
-                "storage": self.storage.to_dict() if self.storage else None,
+                "storage": self.storage.to_dict(),
                 "tasks": [t.to_dict() for t in self.tasks]}
 
     def to_json(self) -> str:
@@ -242,8 +238,9 @@ def build_plan(
                               resources_for(spec.resources, job),
                               raw_command=argv if expanded != argv else None,
                               raw_env=spec.env_for(job)))
-    return JobPlan(run_id, spec.name, spec.model_dir, max_steps, tasks, spec.strategy,
-                   backend=backend or spec.backend, timeouts=dict(spec.timeouts),
-                   restart=restart_policies(spec), check_storage=spec.check_storage,
-                   storage=model_dirs.resolve(spec.model_dir, spec.workdir, spec.env))
+    return JobPlan(run_id, spec.name, spec.model_dir, max_steps,
+                   model_dirs.resolve(spec.model_dir, spec.workdir, spec.env), tasks,
+                   spec.strategy, backend=backend or spec.backend,
+                   timeouts=dict(spec.timeouts), restart=restart_policies(spec),
+                   check_storage=spec.check_storage)
 

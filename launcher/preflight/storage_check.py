@@ -23,8 +23,15 @@ import re
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from launcher.errors import PreflightError
+
+if TYPE_CHECKING:
+    from launcher.backends.base import Backend, ProbeResult
+    from launcher.events import EventLog
+    from launcher.output.console import Console
+    from launcher.plan import JobPlan, TaskPlan
 
 PROBE_PREFIX = ".tfcluster-probe-"
 NOT_FOR_PROBES = ("TFCLUSTER_RUN_ID", "TF_CONFIG")
@@ -84,7 +91,7 @@ def probe_python(command: list[str]) -> str:
     return command[0] if _PYTHON_RE.match(os.path.basename(command[0])) else "python3"
 
 
-def _parse(output: str) -> dict | None:
+def _parse(output: str) -> dict[str, Any] | None:
     for line in reversed(output.strip().splitlines()):
         if line.startswith("{"):
             try:
@@ -94,7 +101,8 @@ def _parse(output: str) -> dict | None:
     return None
 
 
-def check_shared_storage(plan, backend, console=None, events=None) -> None:
+def check_shared_storage(plan: JobPlan, backend: Backend, console: Console | None = None,
+                         events: EventLog | None = None) -> None:
     """Raise PreflightError naming every task that does not share model_dir's storage.
 
     Where sharing is certain (every task a process of this machine, and model_dir a local
@@ -122,7 +130,7 @@ def check_shared_storage(plan, backend, console=None, events=None) -> None:
     tokens = {t.name: uuid.uuid4().hex for t in plan.tasks}
     timeout = plan.timeouts.get("start", 60.0)
 
-    def run_probe(task, mode: str):
+    def run_probe(task: TaskPlan, mode: str) -> ProbeResult:
         argv = [probe_python(task.command), "-c", PROBE_SCRIPT, mode, plan.model_dir,
                 names[task.name], tokens[task.name], launcher_name]
         # the task's environment, less what marks a process as a task of the job
@@ -130,7 +138,7 @@ def check_shared_storage(plan, backend, console=None, events=None) -> None:
         return backend.probe(dataclasses.replace(task, env=env), argv, timeout)
 
     outcomes: list[ProbeOutcome] = []
-    unseen = []
+    unseen: list[TaskPlan] = []
     try:
         try:
             with ThreadPoolExecutor(max_workers=min(16, len(plan.tasks))) as pool:
@@ -184,7 +192,7 @@ def check_shared_storage(plan, backend, console=None, events=None) -> None:
                      f"{len(outcomes)} tasks")
 
 
-def _check_local_write(plan) -> None:
+def _check_local_write(plan: JobPlan) -> None:
     """The launcher can create and write model_dir on this machine's filesystem."""
     root = plan.storage.url.removeprefix("file://")
     probe = os.path.join(root, f"{PROBE_PREFIX}{plan.run_id}-{uuid.uuid4().hex[:6]}-launcher")
@@ -198,7 +206,7 @@ def _check_local_write(plan) -> None:
                              f"({type(e).__name__}: {e})") from None
 
 
-def _remove_empty_dir(fs, root: str) -> None:
+def _remove_empty_dir(fs: Any, root: str) -> None:
     try:
         if not fs.ls(root):
             fs.rmdir(root)
@@ -206,14 +214,14 @@ def _remove_empty_dir(fs, root: str) -> None:
         pass
 
 
-def _visible(fs, path: str, token: str) -> bool:
+def _visible(fs: Any, path: str, token: str) -> bool:
     try:
         return fs.cat_file(path).decode() == token
     except (FileNotFoundError, UnicodeDecodeError):
         return False
 
 
-def _remove(fs, paths: list[str]) -> None:
+def _remove(fs: Any, paths: list[str]) -> None:
     for path in paths:
         try:
             fs.rm_file(path)
@@ -221,7 +229,7 @@ def _remove(fs, paths: list[str]) -> None:
             pass
 
 
-def already_trained(plan, retrain: bool, console, events) -> bool:
+def already_trained(plan: JobPlan, retrain: bool, console: Console, events: EventLog) -> bool:
     """True when model_dir already holds a complete checkpoint at or past max_steps and the
     user did not ask to train again (the job must not start)."""
     if plan.max_steps is None:
@@ -245,7 +253,8 @@ def already_trained(plan, retrain: bool, console, events) -> bool:
     return True
 
 
-def preflight_model_dir(plan, backend, retrain: bool, console, events) -> bool:
+def preflight_model_dir(plan: JobPlan, backend: Backend, retrain: bool, console: Console,
+                        events: EventLog) -> bool:
     """Both checks, as ``launcher.api.execute`` runs them; True: do not start (exit 0)."""
     if already_trained(plan, retrain, console, events):
         return True

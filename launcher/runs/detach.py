@@ -16,16 +16,25 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from typing import TYPE_CHECKING, Any
 
 from launcher.errors import UsageError
+
+if TYPE_CHECKING:
+    from launcher.api import LaunchOptions, RunOptions
+    from launcher.backends.base import Backend
+    from launcher.plan import JobPlan
+    from launcher.spec import Spec
 
 LAUNCHER_LOG = "launcher.log"
 
 
-def relaunch_argv(args, command: list[str] | None, run_dir: str, run_id: str) -> list[str]:
+def relaunch_argv(args: RunOptions, command: list[str] | None, run_dir: str,
+                  run_id: str) -> list[str]:
     """This launcher's command line for inside the engine's job: same spec and options,
     this run's id and directory."""
-    argv = [sys.executable, "-m", "launcher.cli", os.path.abspath(args.spec), "--in-allocation",
+    argv = [sys.executable, "-m", "launcher.cli", os.path.abspath(args.spec or ""),
+            "--in-allocation",
             "--run-id", run_id, "--run-dir", run_dir, "--quiet"]
     if args.retrain:
         argv.append("--retrain")
@@ -46,7 +55,8 @@ def follow_commands(run_id: str, run_dir: str) -> list[str]:
     return [f"launch {verb} {shlex.quote(ref)}" for verb in ("status", "logs", "cancel")]
 
 
-def detach(spec, backend, command: list[str] | None, args) -> int:
+def detach(spec: Spec, backend: Backend, command: list[str] | None,
+           args: LaunchOptions) -> int:
     from launcher.api import check_lease, default_run_dir, make_plan, render_dry_run
 
     if not args.dry_run:
@@ -70,7 +80,8 @@ def detach(spec, backend, command: list[str] | None, args) -> int:
     return _daemon(spec, backend, plan, command, args, run_dir)
 
 
-def _submit(spec, backend, plan, run_dir: str, relaunch: list[str]) -> int:
+def _submit(spec: Spec, backend: Backend, plan: JobPlan, run_dir: str,
+            relaunch: list[str]) -> int:
     from launcher.api import write_plan
     from launcher.runs.registry import RunState
 
@@ -95,7 +106,8 @@ def _announce(run_id: str, run_dir: str, how: str) -> None:
     sys.stdout.flush()
 
 
-def _daemon(spec, backend, plan, command, args, run_dir: str) -> int:
+def _daemon(spec: Spec, backend: Backend, plan: JobPlan, command: list[str] | None,
+            args: RunOptions, run_dir: str) -> int:
     """Fork the launcher into a daemon that runs the job; wait for its first word."""
     os.makedirs(run_dir, exist_ok=True)
     args.run_dir = run_dir
@@ -119,7 +131,7 @@ def _daemon(spec, backend, plan, command, args, run_dir: str) -> int:
     from launcher.runs.registry import RunError, read_state
 
     try:
-        state = read_state(run_dir)
+        state: dict[str, Any] = read_state(run_dir)
     except RunError:
         state = {}
     if state.get("state") == "succeeded":
@@ -130,7 +142,8 @@ def _daemon(spec, backend, plan, command, args, run_dir: str) -> int:
     return 1
 
 
-def _become_daemon(spec, backend, plan, command, args, run_dir: str, pipe: int) -> None:
+def _become_daemon(spec: Spec, backend: Backend, plan: JobPlan, command: list[str] | None,
+                   args: RunOptions, run_dir: str, pipe: int) -> None:
     """In the child: new session, second fork, stdio into launcher.log, run the job."""
     status = 1
     try:
@@ -148,7 +161,7 @@ def _become_daemon(spec, backend, plan, command, args, run_dir: str, pipe: int) 
         sys.stdin = open(os.devnull)  # noqa: SIM115 - for the process's life
         args.quiet = True
 
-        def ready(_state) -> None:
+        def ready(_state: object) -> None:
             _say(pipe, f"ready {os.getpid()}")
 
         from launcher.api import execute, exit_of
