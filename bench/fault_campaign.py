@@ -20,6 +20,18 @@ worker on h3), the link of the target's host brought down mid-training, and up a
 detection (the ``task_unresponsive`` event), what the job did, and the seconds until
 nothing was left on any host once the link was back and `launch` had ended.
 
+Damaged run records and model_dir (``--records``, issue 21): an Estimator job whose run_dir
+(a 4 MB tmpfs) is filled to the last byte mid-training (``run-dir-full``), whose run_dir is
+removed mid-training (``run-dir-removed``), and a second ``launch`` of the same spec while
+the first trains (``lease-contention``: it must be refused in one line, exit 2, and start
+nothing). With ``--docker`` (root; tests/infra/docker_engine.py: a private engine, the
+image built on it), an Estimator job on the docker backend whose worker container is
+killed ``--kills`` times in a row (each time as soon as its next container runs).
+
+Every row also counts what must never happen: a hang, a process or container left behind,
+a traceback in the launcher's output, and a checkpoint lost or mixed (the ``checkpoint``
+state file names a checkpoint whose files are gone).
+
 A run survived when: the launcher exited 0, the newest complete checkpoint is readable by
 TensorFlow and at or past max_steps, each kill cost at most one checkpoint interval (plus
 the reporting granularity), training resumed after each kill of a ps, chief or launcher
@@ -32,8 +44,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -42,6 +57,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "faults"))
 
 from harness import (  # noqa: E402
+    JOBS,
     PY_TF215,
     PY_TF221,
     Kill,
@@ -64,6 +80,9 @@ SCENARIOS = {
     "pss": ["worker:0", "ps:0", "chief:0", "launcher", "ps-budget", *FROZEN],
 }
 PARTITIONS = ["partition-ps:0", "partition-worker:0"]
+RECORDS = ["run-dir-full", "run-dir-removed", "lease-contention"]
+RUN_DIR_TMPFS = "4m"
+RECORD_WAIT = 300.0         # s: a job hung by a fault is called a hang after this
 HOST_OF = {"ps:0": 0, "chief:0": 1, "worker:0": 2}      # h1, h2, h3
 
 
@@ -79,15 +98,23 @@ def one_run(kind: str, scenario: str, rng: random.Random, workdir: Path) -> dict
         plan = [(scenario, rng.randint(int(0.15 * MAX_STEPS), int(0.75 * MAX_STEPS)))]
     spec = write_spec(tmp, doc)
     python = PY_TF215 if kind == "estimator" else PY_TF221
+    if scenario == "run-dir-full":
+        (tmp / "runs").mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={RUN_DIR_TMPFS}", "tmpfs",
+                        str(tmp / "runs")], check=True)
     started = time.monotonic()
     runs = [LaunchRun(spec)]
     problems: list[str] = []
+    faults: list[str] = []
     for target, step in plan:
         if not runs[-1].wait_for_step(step, timeout=300):
             problems.append(f"never reached step {step} before killing {target}")
             break
         try:
-            if target.startswith("stop-"):
+            if target in RECORDS:
+                faults.append(f"{target}@{runs[-1].top_step()}")
+                problems += record_fault(target, runs[-1], tmp, spec)
+            elif target.startswith("stop-"):
                 runs[-1].freeze(target[len("stop-"):])
             else:
                 runs[-1].kill(target)
@@ -102,11 +129,15 @@ def one_run(kind: str, scenario: str, rng: random.Random, workdir: Path) -> dict
         if left:
             problems.append(f"{len(left)} processes outlived the launcher")
         runs.append(LaunchRun(spec))
-    status = runs[-1].wait(timeout=600)
+    wait = RECORD_WAIT if scenario in RECORDS else 600
+    status = runs[-1].wait(timeout=wait)
     if status is None:
-        problems.append("hang: the launcher did not end within 600 s")
+        problems.append(f"hang: the launcher did not end within {wait:.0f} s")
     if runs[-1].leftovers(timeout=15):
         problems.append("processes left behind")
+    problems += never_seen(runs, tmp / "model")
+    if scenario == "run-dir-full":
+        subprocess.run(["umount", "-l", str(tmp / "runs")], check=False)
     kills = [k for r in runs for k in r.kills]
     detected = [runs[-1].detected(k) for k in kills if k.how == "SIGSTOP"]
     if any(d is None for d in detected):
@@ -137,12 +168,118 @@ def one_run(kind: str, scenario: str, rng: random.Random, workdir: Path) -> dict
         problems.append(f"final checkpoint {name} at step {step} < {MAX_STEPS}")
         outcome = "BAD"
     return {"kind": kind, "scenario": scenario,
-            "kills": [label(k) for k in kills], "outcome": outcome,
+            "kills": [label(k) for k in kills] + faults, "outcome": outcome,
             "status": status, "final_checkpoint": name, "final_step": step,
             "resumed_s": [None if r is None else round(r, 1) for r in resumed],
             "lost_steps": lost, "teardown_s": None if teardown is None else round(teardown, 1),
             "detected_s": [None if d is None else round(d, 1) for d in detected],
             "duration_s": round(time.monotonic() - started, 1), "problems": problems}
+
+
+def record_fault(target: str, run: LaunchRun, tmp: Path, spec: Path) -> list[str]:
+    """Damage the run's records (or contend for its model_dir) now; what went wrong."""
+    runs_dir = tmp / "runs"
+    if target == "run-dir-full":
+        with open(runs_dir / "filler", "wb") as f:
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            except OSError:
+                pass            # the tmpfs is full to the last block
+        return []
+    if target == "run-dir-removed":
+        shutil.rmtree(runs_dir)
+        return []
+    second = LaunchRun(spec)                    # lease-contention: the same model_dir
+    status = second.wait(timeout=120)
+    said = second.stderr_text().strip().splitlines()
+    problems = []
+    if status != 2 or len(said) != 1 or "is in use by run" not in said[0]:
+        problems.append(f"a second launch on the model_dir was not refused in one line "
+                        f"(exit {status}): {' | '.join(said[-3:])}")
+    if second.steps() or second.leftovers(timeout=2):
+        problems.append("the refused launch started tasks")
+    return problems
+
+
+def never_seen(runs: list[LaunchRun], model_dir: Path) -> list[str]:
+    """What must never happen, whatever the fault: a traceback from the launcher, and a
+    checkpoint lost or mixed (the state file names one whose files are gone)."""
+    problems = []
+    if any("Traceback (most recent call last)" in r.stderr_text() for r in runs):
+        problems.append("traceback in the launcher's output")
+    state = model_dir / "checkpoint"
+    if state.exists():
+        for line in state.read_text().splitlines():
+            if line.startswith("all_model_checkpoint_paths:"):
+                name = Path(line.split('"')[1]).name
+                if not (model_dir / f"{name}.index").exists():
+                    problems.append(f"checkpoint lost or mixed: {name} is listed, its files "
+                                    "are gone")
+    return problems
+
+
+def docker_run(rng: random.Random, engine, workdir: Path, kills: int) -> dict:
+    """An Estimator job on the docker backend (chief, worker, ps); the worker's container
+    is killed ``kills`` times in a row, each time as soon as its next container runs."""
+    from docker_support import IMAGE
+
+    from launcher.backends.docker import LABEL, TASK_LABEL
+
+    tmp = Path(tempfile.mkdtemp(prefix="docker-", dir=workdir))
+    steps = 6000
+    doc = job_spec("estimator", tmp, steps, SAVE_STEPS, sleep=0.05,
+                   backend="docker", command=["python", str(JOBS / "estimator_job.py")],
+                   docker={"image": IMAGE, "volumes": [f"{tmp}:{tmp}", f"{JOBS}:{JOBS}:ro"]})
+    doc["restart"]["worker"] = {"policy": "on-failure", "max_restarts": kills + 5,
+                                "backoff": 0.5}
+    doc["timeouts"].update(finish=10, unresponsive=UNRESPONSIVE, start=120)
+    run = LaunchRun(write_spec(tmp, doc))
+    problems: list[str] = []
+    done, seen = 0, set()
+    if not run.wait_for_step(rng.randint(100, 300), timeout=300):
+        problems.append("never trained")
+    while done < kills and not problems and run.proc.poll() is None:
+        (run_dir,) = (tmp / "runs").iterdir()
+        run_id = json.loads((run_dir / "plan.json").read_text())["run_id"]
+        ids = engine.lines("ps", "-q", "--no-trunc", "--filter", f"label={LABEL}={run_id}",
+                           "--filter", f"label={TASK_LABEL}=worker:0",
+                           "--filter", "status=running")
+        fresh = [i for i in ids if i not in seen]
+        if not fresh:
+            time.sleep(0.2)
+            continue
+        seen.update(fresh)
+        engine.docker("kill", fresh[0], check=False)
+        done += 1
+    if done < kills and not problems:
+        problems.append(f"the job ended after {done} kills of {kills}")
+    status = run.wait(timeout=900)
+    if status is None:
+        problems.append("hang: the launcher did not end within 900 s")
+    elif status != 0:
+        problems.append(f"exit status {status}: {summary_reason(run)}")
+    if run.leftovers(timeout=15):
+        problems.append("processes left behind")
+    left = engine.containers()
+    if left:
+        problems.append(f"containers left behind: {left}")
+    problems += never_seen([run], tmp / "model")
+    name, final, error = newest_checkpoint(tmp / "model", PY_TF215)
+    if error or final is None or final < steps:
+        problems.append(f"final checkpoint {name} at step {final}: {error or 'short'}")
+    (run_dir,) = (tmp / "runs").iterdir()
+    summary = json.loads((run_dir / "summary.json").read_text()) \
+        if (run_dir / "summary.json").exists() else {}
+    restarts = {t["task"]: t["restarts"] for t in summary.get("tasks", [])}
+    if restarts.get("worker:0") != done:
+        problems.append(f"worker:0 restarted {restarts.get('worker:0')} times, killed {done}")
+    return {"kind": "docker-estimator", "scenario": f"worker-killed-x{kills}",
+            "kills": [f"worker:0 x{done}"], "outcome": "survived" if not problems else "BAD",
+            "status": status, "final_checkpoint": name, "final_step": final,
+            "resumed_s": [], "lost_steps": [], "detected_s": [], "teardown_s": None,
+            "duration_s": round(time.monotonic() - run.started, 1), "problems": problems}
 
 
 def label(kill: Kill) -> str:
@@ -221,11 +358,30 @@ def main(argv: list[str] | None = None) -> int:
                    help="network partitions of ssh hosts in netns (root) instead")
     p.add_argument("--cut", type=float, default=20.0,
                    help="--ssh: seconds the link stays down")
+    p.add_argument("--records", action="store_true",
+                   help="run_dir filled, run_dir removed, model_dir lease contention "
+                        "(Estimator; root for the tmpfs) instead")
+    p.add_argument("--docker", action="store_true",
+                   help="a docker worker killed --kills times in a row (root) instead")
+    p.add_argument("--kills", type=int, default=20, help="--docker: kills in a row")
     args = p.parse_args(argv)
     kinds = args.kinds.split(",")
     order = [(k, s) for k in kinds for s in SCENARIOS[k] if args.only in (None, s)]
+    if args.records:
+        order = [("estimator", s) for s in RECORDS if args.only in (None, s)]
     workdir = Path(tempfile.mkdtemp(prefix="fault-campaign-"))
-    bed = None
+    bed = engine = None
+    if args.docker:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "docker"))
+        from docker_support import IMAGE
+        from infra.docker_engine import start_engine
+
+        engine = start_engine()
+        os.environ.update(engine.env())
+        print(f"image built in {engine.build(IMAGE, base=engine.base_image()):.0f}s",
+              flush=True)
+        order = [("docker-estimator", f"worker-killed-x{args.kills}")]
     if args.ssh:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
         from infra.netns_hosts import start_hosts
@@ -238,8 +394,12 @@ def main(argv: list[str] | None = None) -> int:
     for i in range(args.runs):
         kind, scenario = order[i % len(order)]
         rng = random.Random(args.seed * 1000 + i)
-        row = partition_run(scenario, rng, bed, workdir, args.cut) if bed else \
-            one_run(kind, scenario, rng, workdir)
+        if engine is not None:
+            row = docker_run(rng, engine, workdir, args.kills)
+        elif bed is not None:
+            row = partition_run(scenario, rng, bed, workdir, args.cut)
+        else:
+            row = one_run(kind, scenario, rng, workdir)
         rows.append(row)
         resumed = ",".join("-" if r is None else f"{r:g}" for r in row["resumed_s"])
         detected = ",".join("-" if d is None else f"{d:g}" for d in row["detected_s"]) or "-"
@@ -272,8 +432,16 @@ def main(argv: list[str] | None = None) -> int:
         if r.get("reason") is not None:
             print(f"  {r['scenario']}: exit {r['status']}, {r['reason']}; nothing left on any "
                   f"host {r['clean_after_s']}s after both the link came back and launch ended")
+    for what, words in (("hangs", ("hang:",)), ("orphans", ("left behind",)),
+                        ("tracebacks", ("traceback",)),
+                        ("checkpoints lost or mixed", ("checkpoint lost", "final checkpoint",
+                                                       "unreadable"))):
+        n = sum(any(w in p for p in r["problems"] for w in words) for r in rows)
+        print(f"  {what}: {n} of {len(rows)} runs")
     if bed is not None:
         bed.stop()
+    if engine is not None:
+        engine.stop()
     return 0 if bad == 0 else 1
 
 
