@@ -87,3 +87,26 @@ def test_run_the_estimator_example_from_python(tmp_path, monkeypatch, capsys):
     assert not any("Instructions for updating" in line for line in console)
     assert any(f"Saving dict for global step {result.final_step}" in line for line in shown)
     assert os.environ.get("TF_CONFIG") is None           # the caller's process is untouched
+
+
+def test_a_held_model_dir_raises_and_force_takes_it(tmp_path, monkeypatch, capsys):
+    """A live run on another host holds model_dir: run() raises LeaseError (a UsageError)
+    and starts nothing; force=True takes the lease with a warning and runs."""
+    import time
+
+    from launcher.lease import LEASE_FILE, LeaseError
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m").mkdir()
+    lease = tmp_path / "m" / LEASE_FILE
+    lease.write_text(json.dumps({"run_id": "elsewhere-1", "host": "node-7.invalid", "pid": 1,
+                                 "started": time.time(), "heartbeat": time.time()}))
+    spec = {**SPEC, "check_storage": False}
+    with pytest.raises(LeaseError, match=r"^model_dir m is in use by run elsewhere-1 \(host "
+                                         r"node-7.invalid, launcher pid 1, heartbeat"):
+        launcher.run(spec, run_dir=str(tmp_path / "r"), quiet=True)
+    assert not (tmp_path / "r").exists()
+    result = launcher.run(spec, run_dir=str(tmp_path / "r"), quiet=True, force=True)
+    assert "--force: model_dir lease taken from run elsewhere-1 (host node-7.invalid" in \
+        capsys.readouterr().err
+    assert result.run_id and not lease.exists()        # taken, then released at the end
