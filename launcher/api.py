@@ -18,6 +18,7 @@ import json
 import os
 import shlex
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from launcher.errors import LauncherFailed, SpecError, Terminated, UsageError
@@ -389,8 +390,12 @@ def _execute(spec, backend, plan, command, args, run_dir, events, state,
         task_rows,
         verdict,
     )
+    from launcher.unwritten import Unwritten
     from orchestrator.roles import TRAINERS
 
+    unwritten = Unwritten(console.info)     # what a full or vanished run_dir did not get
+    events.on_error = partial(unwritten.failed, "events.jsonl")
+    state.on_error = partial(unwritten.failed, "state.json")
     try:
         backend.preflight(plan)
         place(plan, backend.gpu_machines(plan))
@@ -402,7 +407,8 @@ def _execute(spec, backend, plan, command, args, run_dir, events, state,
         write_plan(run_dir, plan)
         for attempt in range(MAX_PORT_RETRIES + 1):
             watch = JobWatch(plan, backend, console, events)
-            job = Job(plan, backend, run_dir, console, events=events, watch=watch)
+            job = Job(plan, backend, run_dir, console, events=events, watch=watch,
+                      unwritten=unwritten)
             state.attach(job.snapshot)
             try:
                 result = job.run()
@@ -417,6 +423,8 @@ def _execute(spec, backend, plan, command, args, run_dir, events, state,
     finally:
         console.close()
         backend.close()
+    result.unwritten = unwritten.lines()   # the pumps have drained every task by now
+    unwritten.job_over = True
     from launcher.output.closing import final_read
     closing = final_read(plan.storage.reader(), plan.max_steps,
                          any(t.type == "evaluator" for t in plan.tasks), spec.epochs,
@@ -442,8 +450,12 @@ def _execute(spec, backend, plan, command, args, run_dir, events, state,
     if console.hidden:
         console.info(f"{console.hidden} lines of TensorFlow's routine output (deprecation "
                      "notices, banners, INFO) are only in the task logs; --verbose shows them")
-    with open(os.path.join(run_dir, "summary.json"), "w", encoding="utf-8") as f:
-        json.dump(summary_doc(result, closing, rows), f, indent=2)
+    from launcher.runs.registry import write_json_atomic
+    try:
+        write_json_atomic(os.path.join(run_dir, "summary.json"),
+                          summary_doc(result, closing, rows))
+    except OSError as e:
+        unwritten.failed("summary.json", e)
     seen = watch.progress()
     final = closing.final_step if closing.final_step is not None else \
         seen.step if seen.step is not None else seen.latest_step

@@ -45,7 +45,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
 from launcher.backends.base import Backend
+from launcher.crash import crash_line, save_traceback
 from launcher.ending import JobResult, TrainingView, end_step, own_evaluations
+from launcher.errors import UsageError
 from launcher.events import EventLog
 from launcher.output.console import Console
 from launcher.plan import JobPlan
@@ -53,6 +55,7 @@ from launcher.restarts import RestartBook
 from launcher.signals import catch, restore
 from launcher.tasks import TaskRun, Tasks
 from launcher.tracebacks import Excerpt, describe, tail_box
+from launcher.unwritten import Unwritten
 from orchestrator.decisions import CLUSTER, FAIL, FINISH, IGNORE, LOST, Decision, TaskState
 from orchestrator.roles import TRAINERS
 
@@ -70,6 +73,11 @@ class PortConflict(Exception):
     process): the caller re-plans with new ports and starts again."""
 
 
+class StartFailed(UsageError):
+    """A task's command was refused at the job's first start (the kernel, the remote shell
+    or the engine would not run it): one line, exit status 2, every task stopped."""
+
+
 class Job:
     """One run of a plan on a backend: the loop's policy over the task mechanics."""
 
@@ -79,16 +87,20 @@ class Job:
                  wait: Callable[[float], object] | None = None,
                  readiness: Readiness | None = None,
                  training: Callable[[], TrainingView] | None = None,
-                 watch: Callable[[], Watch] | None = None):
+                 watch: Callable[[], Watch] | None = None,
+                 unwritten: Unwritten | None = None):
         self.plan = plan
         self.backend = backend
         self.run_dir = run_dir
         self.console = console
         self.timeouts = plan.timeouts
         self.clock = clock
-        self.events = events or EventLog(os.path.join(run_dir, "events.jsonl"))
+        self.unwritten = unwritten or Unwritten(console.info)
+        self.events = events or EventLog(os.path.join(run_dir, "events.jsonl"),
+                                         on_error=self._events_unwritten)
         self.tasks = Tasks(plan.tasks, backend, run_dir, console, self.events, clock, wait,
-                           kill_timeout=plan.timeouts.get("kill", 5.0))
+                           kill_timeout=plan.timeouts.get("kill", 5.0),
+                           unwritten=self.unwritten)
         self.wait = self.tasks.wait
         self.monitors: list[Monitor] = list(monitors or [])
         # ``watch`` (the caller's monitors, launcher/api.py) is called once the tasks
@@ -105,6 +117,9 @@ class Job:
         self.due: dict[str, float] = {}     # task name -> when its restart is due
         self.readiness = readiness
 
+    def _events_unwritten(self, error: OSError) -> None:
+        self.unwritten.failed("events.jsonl", error)
+
     # ------------------------------------------------------------------ queries
     @property
     def restart_count(self) -> int:
@@ -118,15 +133,47 @@ class Job:
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> JobResult:
+        """Run the job to its end. The loop's own failure (a bug, a backend or monitor that
+        raises) is not a traceback: the tasks are stopped in order, the traceback is saved
+        to run_dir/launcher-error.txt and the result says in one line that it is the
+        launcher's fault."""
         previous = self._install_signal_handlers()
         try:
             return self._run()
+        except (PortConflict, UsageError):
+            raise       # the caller's to handle: new ports, or bad input (exit 2)
+        except Exception as e:      # noqa: BLE001 - the launcher's own failure
+            return self._crashed(e)
         finally:
-            self.teardown("teardown")
+            self._stop_all("teardown")
             self.tasks.join_output(timeout=5)
             for monitor in self.monitors:
-                monitor.close()
+                try:
+                    monitor.close()
+                except Exception:   # noqa: BLE001 - closing must not hide the result
+                    pass
             restore(previous)
+
+    def _crashed(self, error: Exception) -> JobResult:
+        reason = crash_line(error, save_traceback(error, self.run_dir))
+        self.console.info(reason)
+        self._stop_all(reason)
+        return self._result(1, reason)
+
+    def _stop_all(self, reason: str) -> None:
+        """``teardown``; when that fails too (a backend that raises), each task is killed
+        as far as its handle allows."""
+        try:
+            self.teardown(reason)
+            return
+        except Exception:   # noqa: BLE001 - the tasks must end whatever broke
+            pass
+        for run in self.tasks.runs:
+            try:
+                if run.handle is not None and run.handle.poll() is None:
+                    run.handle.kill()
+            except Exception:   # noqa: BLE001
+                pass
 
     def _run(self) -> JobResult:
         self.events.write("job_started", run_id=self.plan.run_id, tasks=len(self.tasks.runs))
@@ -134,6 +181,8 @@ class Job:
             if self.interrupted:
                 break
             self.tasks.start(run)
+            if run.handle is not None and run.handle.start_failure:
+                raise StartFailed(run.handle.start_failure)
         self.console.info(f"started {len(self.tasks.runs)} tasks; logs in {self.run_dir}/logs")
         if self.watch is not None:
             watch = self.watch()
@@ -145,6 +194,8 @@ class Job:
                 name = signal.Signals(self.interrupted).name
                 return self._finish(128 + self.interrupted, f"interrupted by {name}")
             for run in self.tasks.take_ended():
+                if run.name in self.due:
+                    continue        # a restart decided in this turn covers its exit
                 failure = self._judge_exit(run, self.training_done_at is not None)
                 if failure and run.task.type == "evaluator" and self.training_done_at:
                     failure = f"training finished, but the evaluator failed: {failure}"
@@ -185,8 +236,15 @@ class Job:
             return None
         if run.status != 0:
             self.tasks.join_output(run)     # its last lines tell an error from a kill
-            if run.task.auto_port and any(m in line for line in run.tail for m in PORT_IN_USE):
-                raise PortConflict(f"{run.name} could not bind port {run.task.port}")
+        refused = run.handle.start_failure if run.handle is not None else None
+        if refused:     # its command never ran (the output told why)
+            if not run.restarts:
+                raise StartFailed(refused)
+            return self._apply(self.restarts.judge_refused(run.task.type, run.name, refused),
+                               run)
+        if run.status != 0 and run.task.auto_port and \
+                any(m in line for line in run.tail for m in PORT_IN_USE):
+            raise PortConflict(f"{run.name} could not bind port {run.task.port}")
         tail = list(run.tail)
         if run.status != 0:     # the exception may be far above the last lines
             excerpt = describe(run.log_path)
@@ -228,16 +286,13 @@ class Job:
         self.console.info(verdict.reason)
         self.events.write("restart_scheduled", task=run.name, scope=verdict.scope,
                           attempt=verdict.attempt, delay=verdict.delay, reason=verdict.reason)
-        due = self.clock() + verdict.delay
+        members = [run]
         if verdict.scope == CLUSTER:
             members = [r for r in self.tasks.runs if r.task.type != "evaluator"]
             self.tasks.stop([r for r in members if r.running],
-                            f"restarting the cluster: {run.name}")
-            for member in members:
-                self.due[member.name] = due
-        else:
-            members = [run]
-            self.due[run.name] = due
+                            f"restarting the cluster: {run.name}", restart=True)
+        for member in members:      # the back-off counts from when they are all down
+            self.due[member.name] = self.clock() + verdict.delay
         self.incidents.append({"cause": run.name, "reason": verdict.reason,
                                "scope": verdict.scope, "tasks": [m.name for m in members],
                                "at": round(self.clock() - self.started, 3)})
@@ -308,8 +363,12 @@ class Job:
 
     def _finish(self, status: int, reason: str) -> JobResult:
         self.teardown(reason)
+        return self._result(status, reason)
+
+    def _result(self, status: int, reason: str) -> JobResult:
         result = JobResult(status, reason, self.snapshot(), self.clock() - self.started,
-                           self.training_done_at is not None, list(self.incidents))
+                           self.training_done_at is not None, list(self.incidents),
+                           self.unwritten.lines())
         self.events.write("job_ended", status=status, reason=reason,
                           duration=round(result.duration, 3))
         return result

@@ -22,6 +22,7 @@ from launcher.output.noise import latest_state
 from launcher.output.task_output import pump
 from launcher.plan import TaskPlan
 from launcher.tracebacks import last_exception
+from launcher.unwritten import Unwritten
 from orchestrator.decisions import TaskState
 from orchestrator.roles import PRIMARY_ORDER
 
@@ -94,18 +95,24 @@ class Tasks:
 
     def __init__(self, plan_tasks: list[TaskPlan], backend: Backend, run_dir: str,
                  console: Console, events: EventLog, clock: Callable[[], float] = time.monotonic,
-                 wait: Callable[[float], object] | None = None, kill_timeout: float = 5.0):
+                 wait: Callable[[float], object] | None = None, kill_timeout: float = 5.0,
+                 unwritten: Unwritten | None = None):
         self.backend = backend
         self.console = console
         self.events = events
         self.clock = clock
         self.wait = wait or self._wait_for_output
         self.kill_timeout = kill_timeout
-        os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
+        self.unwritten = unwritten or Unwritten(console.info)
+        try:
+            os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
+        except OSError as e:
+            self.unwritten.failed("task logs", e, ": task output is being dropped")
         self.runs = [TaskRun(t, os.path.join(run_dir, "logs", f"{t.type}-{t.index}.log"))
                      for t in plan_tasks]
         self.wake = threading.Event()  # set when a task's output ends: it is likely exiting
-        self._ended: list[TaskRun] = []     # reaped, not yet taken
+        self._ended: list[tuple[TaskRun, int]] = []   # reaped, not yet taken: run, attempt
+        self._for_restart: set[str] = set()     # being stopped for a restart
 
     # ------------------------------------------------------------------ queries
     def run_of(self, type_: str, index: int = 0) -> TaskRun | None:
@@ -137,25 +144,51 @@ class Tasks:
 
     # ------------------------------------------------------------------ mechanics
     def start(self, run: TaskRun) -> None:
-        """Start the task (again, after a restart: its log is appended to)."""
-        mode = "ab" if run.restarts else "wb"
-        log = open(run.log_path, mode)  # noqa: SIM115 - closed by the pump thread
+        """Start the task (again, after a restart: its log is appended to). A command that
+        was refused (``handle.start_failure``) is in its log, and ends as an exit."""
         run.tail.clear()
         if run.pump is not None:
             run.pump.join(timeout=2)
-        run.handle = self.backend.start(restarted(run.task, run.restarts))
+        handle = self.backend.start(restarted(run.task, run.restarts))
+        log = self._open_log(run)
+        run.handle = handle
         run.started, run.ended, run.status, run.stopped = self.clock(), None, None, False
         run.last_output = None
         self.events.write("task_started", task=run.name, address=run.task.address,
-                          pid=run.handle.pid, restarts=run.restarts)
-        run.pump = threading.Thread(target=self._pump, args=(run, run.handle, log),
+                          pid=handle.pid, restarts=run.restarts)
+        if handle.start_failure:
+            self._write_line(run, log, handle.start_failure)
+            log = None
+        run.pump = threading.Thread(target=self._pump, args=(run, handle, log),
                                     name=f"pump-{run.name}", daemon=True)
         run.pump.start()
 
-    def _pump(self, run: TaskRun, handle: TaskHandle, log: IO[bytes]) -> None:
+    def _open_log(self, run: TaskRun) -> IO[bytes] | None:
+        """The task's log file, appended to at a restart; None when the run directory
+        cannot take it (a full disk, removed): its output is then dropped, said once."""
+        try:
+            return open(run.log_path, "ab" if run.restarts else "wb")  # noqa: SIM115
+        except OSError as e:
+            self.unwritten.log_failed(run.name, e)
+            return None
+
+    def _write_line(self, run: TaskRun, log: IO[bytes] | None, line: str) -> None:
+        """``line`` into the task's log (closed after), its tail and the console."""
+        if log is not None:
+            try:
+                with log:
+                    log.write(line.encode() + b"\n")
+            except OSError as e:
+                self.unwritten.log_failed(run.name, e)
+        run.tail.append(line)
+        self.console.task_line(run.name, line)
+
+    def _pump(self, run: TaskRun, handle: TaskHandle, log: IO[bytes] | None) -> None:
+        """Drain the task's output whatever happens to its log file: a task blocked on a
+        full pipe would hang the job, and its training is in model_dir, not here."""
         def raw(data: bytes) -> None:
-            log.write(data)
-            log.flush()
+            nonlocal log
+            log = self._log_data(run, log, data)
 
         def line(text: str, partial: bool) -> None:
             if not partial:     # a bar being redrawn is shown, its whole line kept
@@ -172,8 +205,31 @@ class Tasks:
         except (OSError, ValueError):
             pass
         finally:
-            log.close()
+            if log is not None:
+                try:
+                    log.close()
+                except OSError as e:
+                    self.unwritten.log_failed(run.name, e)
             self.wake.set()
+
+    def _log_data(self, run: TaskRun, log: IO[bytes] | None, data: bytes) -> IO[bytes] | None:
+        """Write output to the task's log; the log, or None once it failed (then what
+        comes is counted as dropped)."""
+        if log is None:
+            self.unwritten.drop(run.name, data)
+            return None
+        try:
+            log.write(data)
+            log.flush()
+            return log
+        except (OSError, ValueError) as e:
+            self.unwritten.log_failed(run.name, e)
+            self.unwritten.drop(run.name, data)
+            try:
+                log.close()
+            except OSError:
+                pass
+            return None
 
     def reap(self) -> list[TaskRun]:
         """Record tasks that ended since the last turn; return them."""
@@ -183,27 +239,42 @@ class Tasks:
                 status = run.handle.poll()
                 if status is not None:
                     run.status, run.ended = status, self.clock()
-                    if run.stopped and status > 0 and status not in SIGNALLED:
+                    restart = run.name in self._for_restart
+                    if run.stopped and status > 0 and status not in SIGNALLED and not restart:
                         run.stopped = False     # it failed by itself as it was stopped
                     self.events.write("task_exited", task=run.name, status=status,
                                       stopped=run.stopped,
                                       duration=round(run.duration(self.clock()), 3))
                     ended.append(run)
-        self._ended.extend(ended)
+                    if not restart:
+                        self._ended.append((run, run.restarts))
         return ended
 
     def take_ended(self) -> list[TaskRun]:
-        """Every task reaped since the last call, also those reaped while stopping others."""
+        """Every task reaped since the last call, also those reaped while stopping others,
+        whose exit is the current attempt's: not one the launcher stopped for a restart
+        (the launcher's own doing, never judged), not an earlier attempt's."""
         self.reap()
         ended, self._ended = self._ended, []
-        return ended
+        return [run for run, attempt in ended
+                if attempt == run.restarts and run.status is not None]
 
-    def stop(self, runs: list[TaskRun], reason: str, kill: bool = False) -> None:
+    def stop(self, runs: list[TaskRun], reason: str, kill: bool = False,
+             restart: bool = False) -> None:
         """SIGTERM, then SIGKILL after ``kill_timeout`` (at once with ``kill``); wait until
-        every one is gone."""
+        every one is gone. ``restart``: they are stopped to start again, so their exits
+        belong to the attempt that ends here and are not handed to ``take_ended``."""
         runs = [r for r in runs if r.running]
         if not runs:
             return
+        names = {r.name for r in runs} if restart else set()
+        self._for_restart |= names
+        try:
+            self._stop(runs, reason, kill)
+        finally:
+            self._for_restart -= names
+
+    def _stop(self, runs: list[TaskRun], reason: str, kill: bool) -> None:
         self.events.write("stopping", tasks=[r.name for r in runs], reason=reason,
                           signal="SIGKILL" if kill else "SIGTERM")
         self._let_exiting_tasks_end(runs)

@@ -40,9 +40,10 @@ import time
 from dataclasses import dataclass
 
 from launcher import gpus
-from launcher.backends.base import Backend, ProbeResult, TaskHandle
+from launcher.backends.base import Backend, ExecWatch, ProbeResult, TaskHandle
 from launcher.backends.options import option
 from launcher.backends.processes import dies_with_parent, free_port, port_taken, task_environ
+from launcher.backends.remote_bootstrap import refusal_in_words
 from launcher.checks import Address
 from launcher.errors import PreflightError, SpecError
 from launcher.model_dir import ModelDir
@@ -55,6 +56,8 @@ LABEL = "tfcluster.run"
 TASK_LABEL = "tfcluster.task"
 CALL_TIMEOUT = 60.0           # one docker CLI call (kill, rm, inspect)
 REAP_TIMEOUT = 60.0
+# what the container's init (docker-init, tini) says when the task's exec failed
+INIT_FAILED = re.compile(r"\[FATAL tini \(\d+\)\] exec (?P<program>.+?) failed: (?P<reason>[^:]+)$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -137,9 +140,15 @@ class DockerHandle(TaskHandle):
                  backend: DockerBackend):
         self.task = task
         self.proc = proc
-        self.output = proc.stdout
         self.container = container
         self.backend = backend
+        self.output = None if proc.stdout is None else \
+            ExecWatch(proc.stdout, self, INIT_FAILED, self._refusal)
+
+    def _refusal(self, program: str, reason: str) -> str:
+        """The line for a command the container's init could not exec (in the image)."""
+        return refusal_in_words(self.task.name, self.task.command, reason,
+                                host=f"image {self.backend.options.image}", look=False)
 
     def poll(self) -> int | None:
         code = self.proc.poll()

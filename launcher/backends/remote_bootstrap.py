@@ -248,7 +248,7 @@ def kernel_words(error, argv, cwd=None, path=None, look=True):
             return "a binary whose loader (dynamic linker) is not on this host"
         if "/" in program:
             return "not found"
-        return "not found in the task's PATH (" + (path or os.environ.get("PATH", "")) + ")"
+        return "not found in the task's PATH" + (" (" + path + ")" if path else "")
     if error.errno == errno.ENOEXEC:
         if _elf_machine(head) is not None:
             return ("a binary for another architecture (" + str(_elf_machine(head)) +

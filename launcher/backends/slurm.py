@@ -34,9 +34,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from launcher import gpus
-from launcher.backends.base import Backend, ProbeResult, TaskHandle
+from launcher.backends.base import Backend, ExecWatch, ProbeResult, TaskHandle
 from launcher.backends.options import option
 from launcher.backends.processes import ProcessHandle, dies_with_parent, free_port, task_environ
+from launcher.backends.remote_bootstrap import refusal_in_words
 from launcher.backends.watchdog import Watchdog
 from launcher.checks import Address
 from launcher.errors import PreflightError, SpecError
@@ -49,6 +50,9 @@ LIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "
                "REQUEUED", "SIGNALING", "STAGE_OUT")
 GRANTED = re.compile(r"job allocation (\d+)")
 # srun exits with 128+N when its task was killed by signal N (like a shell)
+# what slurmstepd says (through srun) when the task's exec failed on its node
+STEPD_EXEC_FAILED = re.compile(r"slurmstepd(?:-\S+)?: error: execve\(\): (?P<program>.+?): "
+                               r"(?P<reason>[^:]+)$")
 SIGNAL_EXITS = {128 + s: -s for s in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT,
                                       signal.SIGABRT, signal.SIGKILL, signal.SIGSEGV,
                                       signal.SIGTERM)}
@@ -121,6 +125,12 @@ class SlurmHandle(ProcessHandle):
         self.job_id = job_id
         self.step_name = step_name
         self._step: str | None = None
+        if self.output is not None:     # slurmstepd's words when the task's exec failed
+            self.output = ExecWatch(self.output, self, STEPD_EXEC_FAILED, self._refusal)
+
+    def _refusal(self, program: str, reason: str) -> str:
+        return refusal_in_words(self.task.name, self.task.command, reason,
+                                host=self.task.host, look=False)
 
     def poll(self) -> int | None:
         status = super().poll()

@@ -128,7 +128,8 @@ def training_of(result: JobResult) -> str:
 
 
 def closing_lines(result: JobResult, closing: Closing) -> list[str]:
-    """Where training ended, each restart incident, and the notes of the last read."""
+    """Where training ended, each restart incident, the notes of the last read, and what
+    the run directory could not take (a full disk)."""
     lines = []
     outcome = closing.outcome_line()
     if outcome:
@@ -139,7 +140,7 @@ def closing_lines(result: JobResult, closing: Closing) -> list[str]:
         lines += [f"  {i['cause']}: restarted {', '.join(i['tasks'])} ({i['reason']})"
                   for i in result.incidents]
     lines += [f"note: {note}" for note in closing.notes]
-    return lines
+    return lines + result.unwritten
 
 
 def summary_doc(result: JobResult, closing: Closing, rows: list[dict[str, Any]]
@@ -149,5 +150,5 @@ def summary_doc(result: JobResult, closing: Closing, rows: list[dict[str, Any]]
             "duration": round(result.duration, 3),
             "training": training_of(result), "evaluation": evaluation_of(result, closing),
             "status_rule": STATUS_RULE, **closing.to_dict(),
-            "restarts": result.incidents,
+            "restarts": result.incidents, "unwritten": result.unwritten,
             "tasks": [{k: v for k, v in r.items() if k != "status"} for r in rows]}

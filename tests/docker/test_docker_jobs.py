@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import time
 from pathlib import Path
@@ -192,3 +193,18 @@ def test_an_image_not_on_the_engine_is_refused_before_anything_starts(engine, tm
     assert "docker.image: 'tfcluster:no-such-tag' is not on the engine" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "m").exists()
+
+
+def test_a_command_missing_in_the_image_is_one_line_and_exit_status_2(engine, image,
+                                                                       tmp_path):
+    """The container's init cannot exec the command: one line naming the task, the command
+    and the image, exit status 2, no container left (issue 21)."""
+    spec = write_spec(tmp_path, docker_spec("/nowhere/model", command=["no-such-trainer"],
+                                            check_storage=False))
+    done = run_launch(spec, "--run-dir", str(tmp_path / "run"), timeout=180)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert re.fullmatch(r"launch: error: (ps|chief|worker|evaluator):\d: cannot start "
+                        rf"no-such-trainer on image {re.escape(IMAGE)}: not found in the "
+                        r"task's PATH", done.stderr.strip().splitlines()[-1])
+    assert engine.containers(label=RUN_LABEL) == []

@@ -69,3 +69,24 @@ def test_probes_before_and_after_start_and_group_signals(hosts):
             wait_status(handle)
             handle.output.close()
         backend.close()
+
+
+def test_a_command_refused_at_its_start_is_one_line_from_its_host(hosts):
+    """The program changed between the check and the start (no #! line any more): the
+    bootstrap words the kernel's refusal on the host, in one line (issue 21)."""
+    program = hosts.workdir / "refused-train"
+    program.write_text("#!/bin/sh\nexit 0\n")
+    program.chmod(0o755)
+    backend, plan = make_backend(hosts, [str(program), "--steps", "3"])
+    try:
+        backend.preflight(plan)
+        program.write_text("echo no shebang any more\n")
+        handle = backend.start(plan.task("chief"))
+        assert wait_status(handle) == 126
+        line = f"chief:0: cannot start {program} --steps 3 on h1: no #! line and not a " \
+               "binary (exec format error)"
+        assert handle.start_failure == line
+        assert handle.output.read().decode() == f"tfcluster-bootstrap: {line}\n"
+        handle.output.close()
+    finally:
+        backend.close()
