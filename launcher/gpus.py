@@ -18,7 +18,7 @@ import shutil
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from launcher.errors import UsageError
 from orchestrator.roles import trainer_jobs
@@ -195,6 +195,7 @@ def _assign_machine(machine: Machine, asks: list[Ask],
     owner: dict[int, str] = {}        # device index -> the task that has it alone
     shared: set[int] = set()          # devices a sharing task named
 
+    # 1. devices named in the spec
     for a in (a for a in asks if a.devices is not None):
         unknown = [d for d in a.devices if d not in by_key]
         if unknown:
@@ -214,6 +215,7 @@ def _assign_machine(machine: Machine, asks: list[Ask],
                 owner[index] = a.task
         out[a.task] = Placement(a.devices, a.share)
 
+    # 2. counts, from the devices nobody named
     free = [g for g in machine.gpus if g.index not in owner and g.index not in shared]
     counted = [a for a in asks if a.devices is None and a.count is not None and not a.share]
     wanted = sum(a.count or 0 for a in counted)
@@ -225,6 +227,7 @@ def _assign_machine(machine: Machine, asks: list[Ask],
             owner[g.index] = a.task
         out[a.task] = Placement(tuple(str(g.index) for g in take))
 
+    # 3. the defaults: the trainers that said nothing split what is left
     quiet = [a for a in asks if a.devices is None and a.count is None]
     even = [a for a in quiet if a.role in trainers and not a.share]
     if even:
@@ -236,6 +239,7 @@ def _assign_machine(machine: Machine, asks: list[Ask],
                 owner[g.index] = a.task
             out[a.task] = Placement(tuple(str(g.index) for g in take))
 
+    # 4. sharing on purpose: round-robin over the devices no task has alone
     sharing = [a for a in asks if a.devices is None and a.share and
                (a.count or (a.count is None and a.role in trainers))]
     pool = [g for g in machine.gpus if g.index not in owner]
@@ -412,7 +416,7 @@ class StepDevices:
     """A Slurm step's output, read through: the wrapper's line sets ``task.gpus`` (the
     plan's task: the summary and ``launch status`` show it)."""
 
-    def __init__(self, stream, task: TaskPlan):
+    def __init__(self, stream: IO[bytes], task: TaskPlan):
         self.stream = stream
         self.task = task
         self.head: bytes | None = b""     # the output until its first line ended
