@@ -54,7 +54,7 @@ def patch_train_spec(max_steps: int) -> None:
         return original(klass, input_fn, max_steps, *args, **kwargs)
 
     __new__._tfcluster = True  # type: ignore[attr-defined]
-    cls.__new__ = __new__      # type: ignore[method-assign]
+    cls.__new__ = __new__
 
 
 def main(argv: list[str] | None = None) -> None:

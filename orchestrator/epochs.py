@@ -56,8 +56,7 @@ class EpochPlan:
 
     def steps_of(self, shard: Shard) -> int:
         """Steps the trainer reading ``shard`` takes (its input's length in batches)."""
-        self._require_counted()
-        return shard_steps(self.epochs, self.examples, self.batch_size, shard.count)[shard.index]
+        return shard_steps(*self._counts(), shard.count)[shard.index]
 
     @property
     def shard_steps(self) -> int:
@@ -69,14 +68,15 @@ class EpochPlan:
 
         The same on every task, the evaluator and ps included (they have no shard but know
         the trainers from TF_CONFIG); ParameterServerStrategy passes its worker count."""
-        self._require_counted()
-        return derive_max_steps(self.epochs, self.examples, self.batch_size,
+        return derive_max_steps(*self._counts(),
                                 num_trainers or self.trainers or self.shard.count)
 
-    def _require_counted(self) -> None:
-        if not self.counted:
+    def _counts(self) -> tuple[int, int, int]:
+        """(epochs, examples, batch_size) of a job given in epochs."""
+        if self.epochs is None or self.examples is None or self.batch_size is None:
             raise ValueError("the job is not given in epochs (set epochs, examples and "
                              "batch_size in the spec)")
+        return self.epochs, self.examples, self.batch_size
 
 
 def _optional_int(env: Mapping[str, str], name: str) -> int | None:
@@ -247,7 +247,7 @@ def pss_run(coordinator: Any, step_fn: Callable, iterator: Any, total_steps: int
     goal = total_steps if total_steps is not None else float("inf")
     step, idle = start_step, 0
     while step < goal:
-        remaining, results = goal - step, []
+        remaining, results = goal - step, []  # type: float, list
         while len(results) < calls_per_round and (input_ends or remaining > 0):
             limit = steps_per_call if input_ends else min(steps_per_call, remaining)
             results.append(coordinator.schedule(

@@ -26,6 +26,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import fsspec
 
@@ -196,7 +197,7 @@ def predict(model: str, rows: list[dict[str, str]], features: list[str], strings
     loaded = tf.saved_model.load(model)
     names = list(loaded.signatures.keys())
     name = signature or next((s for s in SIGNATURES if s in names), names[0] if names else None)
-    if name not in loaded.signatures:
+    if name is None or name not in loaded.signatures:
         raise BadInput(f"--signature: {model} has no signature {name!r} (it has {names})")
     fn = loaded.signatures[name]
     inputs = fn.structured_input_signature[1]
@@ -216,7 +217,7 @@ def predict(model: str, rows: list[dict[str, str]], features: list[str], strings
         else:
             feed = {}
             for key, spec in inputs.items():
-                values = [r[key] for r in chunk]
+                values: list[Any] = [r[key] for r in chunk]
                 if spec.dtype != tf.string:
                     values = [float(v) for v in values]
                 tensor = tf.cast(tf.constant(values), spec.dtype)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 MAX_RECORD = 1 << 30
 EVENTS_PREFIX = "events.out.tfevents."
@@ -35,10 +36,12 @@ def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
             raise ValueError("varint too long")
 
 
-def fields(buf: bytes) -> Iterator[tuple[int, int, int | bytes]]:
-    """(field number, wire type, value) of a protobuf message: an int for varints, bytes for
-    fixed-size and length-delimited fields. Raises ValueError on a malformed message."""
+def fields(buf: bytes) -> Iterator[tuple[int, int, Any]]:
+    """(field number, wire type, value) of a protobuf message: an int for varints (wire type
+    0), bytes for fixed-size and length-delimited fields (1, 2, 5): callers read the value
+    as its wire type says. Raises ValueError on a malformed message."""
     pos, end = 0, len(buf)
+    value: int | bytes
     while pos < end:
         key, pos = read_varint(buf, pos)
         number, wire = key >> 3, key & 7
@@ -155,7 +158,7 @@ def _tensor_scalar(buf: bytes) -> float | None:
             values.append(_signed64(value))
     if values:
         return float(values[0])
-    fmt = _DTYPES.get(dtype)
+    fmt = _DTYPES.get(dtype) if dtype is not None else None
     if content is not None and fmt and len(content) >= struct.calcsize(fmt):
         return float(struct.unpack_from(fmt, content)[0])
     return None
