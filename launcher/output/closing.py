@@ -25,7 +25,8 @@ from orchestrator.evaluated import newest_evaluated
 from orchestrator.metrics_file import METRICS_FILE
 from orchestrator.sharding import SHARD_MARK
 
-CHECKPOINT_NOTES = ("no checkpoint was written", "the newest complete checkpoint is at")
+CHECKPOINT_NOTES = ("no checkpoint was written", "no TensorFlow checkpoint",
+                    "the newest complete checkpoint is at")
 EPOCHS_NOTE = "epochs "     # says what the cluster saw by max_steps: only after training
 IGNORED_FACTOR = 2          # newest checkpoint >= this x max_steps: max_steps was ignored
 RECIPE = "docs/ending.md"
@@ -41,6 +42,7 @@ class Closing:
     has_evaluator: bool = False
     notes: list[str] = field(default_factory=list)
     readable: bool = True       # the last read of model_dir succeeded
+    keras_files: list[str] = field(default_factory=list)   # Keras 3 files, no checkpoint
 
     @property
     def final_step(self) -> int | None:
@@ -114,6 +116,20 @@ def metrics_eval_step(reader: CheckpointReader) -> int | None:
     return max(steps) if steps else None
 
 
+KERAS_FILES = ("*.weights.h5", "*.keras", "*.h5")
+
+
+def keras_files(reader: CheckpointReader) -> list[str]:
+    """Keras files directly in model_dir (one listing, at the end only)."""
+    found: list[str] = []
+    for pattern in KERAS_FILES:
+        try:
+            found += [f.rsplit("/", 1)[-1] for f in reader.fs.glob(reader._path(pattern))]
+        except (FileNotFoundError, NotADirectoryError, OSError):
+            continue
+    return sorted(set(found))
+
+
 def read_shard_marks(log_paths: Iterable[str]) -> bool:
     """Whether any of these logs says the task read its shard (orchestrator.sharding)."""
     mark = SHARD_MARK.encode()
@@ -147,6 +163,7 @@ def final_read(reader: CheckpointReader, max_steps: int | None, has_evaluator: b
         c.notes.append(f"model_dir could not be read at the end: {type(e).__name__}: {e}")
         return c
     c = Closing(ckpt, max_steps, evaluated, has_evaluator)
+    c.keras_files = keras_files(reader) if ckpt is None and max_steps is not None else []
     notes = closing_notes(c, epochs, read_shard_marks(trainer_logs) if epochs else True,
                           model_dir or reader.model_dir)
     c.notes += notes if training_finished else \
@@ -159,7 +176,13 @@ def closing_notes(c: Closing, epochs: int | None, shard_read: bool,
     """The lines for the situations of the module docstring."""
     notes = []
     step, max_steps = c.final_step, c.max_steps
-    if max_steps is not None and c.checkpoint is None:
+    if max_steps is not None and c.checkpoint is None and c.keras_files:
+        notes.append(f"no TensorFlow checkpoint in model_dir {model_dir} (no `checkpoint` "
+                     f"state file), only Keras files ({', '.join(c.keras_files[:3])}): "
+                     f"Keras 3 saves .weights.h5/.keras, which tfcluster cannot read for "
+                     f"steps; save with tf.train.CheckpointManager, or tf_keras' "
+                     f"ModelCheckpoint('ckpt_{{epoch}}', save_weights_only=True)")
+    elif max_steps is not None and c.checkpoint is None:
         notes.append(f"no checkpoint was written into model_dir {model_dir} although "
                      f"max_steps {max_steps} was given: does the script save elsewhere "
                      f"(its own model_dir instead of TFCLUSTER_MODEL_DIR)?")

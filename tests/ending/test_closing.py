@@ -46,6 +46,14 @@ def test_no_checkpoint_although_max_steps_was_given(tmp_path):
     assert "although max_steps 1000 was given" in c.notes[0]
 
 
+def test_keras_3_files_are_named_instead_of_no_checkpoint(tmp_path):
+    reader = model_dir(tmp_path)
+    reader.fs.pipe_file(reader._path("ckpt_1.weights.h5"), b"\x89HDF")
+    c = final_read(reader, 1000, has_evaluator=False)
+    assert len(c.notes) == 1 and c.notes[0].startswith(
+        "no TensorFlow checkpoint in model_dir ") and "(ckpt_1.weights.h5)" in c.notes[0]
+
+
 def test_a_failed_training_gets_no_checkpoint_notes(tmp_path):
     assert final_read(model_dir(tmp_path), 1000, False, training_finished=False).notes == []
 
