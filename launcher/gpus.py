@@ -196,7 +196,9 @@ def _assign_machine(machine: Machine, asks: list[Ask],
     shared: set[int] = set()          # devices a sharing task named
 
     # 1. devices named in the spec
-    for a in (a for a in asks if a.devices is not None):
+    for a in asks:
+        if a.devices is None:
+            continue
         unknown = [d for d in a.devices if d not in by_key]
         if unknown:
             raise GpuError(f"host {machine.name} has no GPU {unknown[0]!r} ({a.task} asks for "

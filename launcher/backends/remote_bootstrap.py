@@ -166,8 +166,7 @@ def _elf_machine(head):
     """The machine an ELF file is built for, in words (None: not ELF)."""
     if not head.startswith(b"\x7fELF") or len(head) < 20:
         return None
-    order = "little" if head[5:6] == b"\x01" else "big"
-    code = int.from_bytes(head[18:20], order)
+    code = int.from_bytes(head[18:20], "little" if head[5:6] == b"\x01" else "big")
     return ELF_MACHINES.get(code, "machine type " + str(code))
 
 

@@ -189,7 +189,8 @@ def closing_notes(c: Closing, epochs: int | None, shard_read: bool,
     elif max_steps is not None and step is not None and step < max_steps:
         notes.append(f"the newest complete checkpoint is at step {step}, short of "
                      f"max_steps {max_steps}")
-    elif max_steps is not None and step is not None and step >= IGNORED_FACTOR * max_steps:
+    elif max_steps is not None and step is not None and step >= IGNORED_FACTOR * max_steps \
+            and c.checkpoint is not None:
         notes.append(f"the newest checkpoint {c.checkpoint.name} is {step / max_steps:.1f}x "
                      f"max_steps {max_steps}: the script ignores max_steps. Give it to "
                      f"TrainSpec(max_steps=int(os.environ['TFCLUSTER_MAX_STEPS'])), or run "

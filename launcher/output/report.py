@@ -135,6 +135,7 @@ def read_summary(run_dir: str) -> dict:
     """summary.json, {} when there is none (a run still going, or killed); a damaged one is
     named in one line on stderr and left out of the report."""
     path = os.path.join(run_dir, "summary.json")
+    problem: str | None
     try:
         with open(path, encoding="utf-8") as f:
             summary = json.load(f)

@@ -161,7 +161,7 @@ def read_state(run_dir: str) -> dict:
     if not isinstance(state, dict) or "version" not in state:
         raise RunError(f"{path} is damaged: " + ("no version: not a state file of tfcluster"
                                                  if isinstance(state, dict)
-                                                 else state_problem(state)))
+                                                 else state_problem(state) or "?"))
     version = state["version"]
     if version != VERSION:
         raise RunError(f"{run_dir} was written by another version of tfcluster (state version "
