@@ -390,12 +390,14 @@ def _execute(spec, backend, plan, command, args, run_dir, events, state,
         task_rows,
         verdict,
     )
+    from launcher.tensorboard import with_run
     from launcher.unwritten import Unwritten
     from orchestrator.roles import TRAINERS
 
     unwritten = Unwritten(console.info)     # what a full or vanished run_dir did not get
     events.on_error = partial(unwritten.failed, "events.jsonl")
     state.on_error = partial(unwritten.failed, "state.json")
+    board = None
     try:
         backend.preflight(plan)
         place(plan, backend.gpu_machines(plan))
@@ -405,6 +407,10 @@ def _execute(spec, backend, plan, command, args, run_dir, events, state,
                              run_id=plan.run_id)
         leases.append(_take_lease(plan, backend, args, run_dir, console, events, state))
         write_plan(run_dir, plan)
+        board = with_run(plan, backend, run_dir, console,
+                         lambda doc: state.update(tensorboard=doc))
+        if board is not None:       # started once every task runs, outside the job
+            state.on_running = _then(board.start, state.on_running)
         for attempt in range(MAX_PORT_RETRIES + 1):
             watch = JobWatch(plan, backend, console, events)
             job = Job(plan, backend, run_dir, console, events=events, watch=watch,
@@ -421,6 +427,8 @@ def _execute(spec, backend, plan, command, args, run_dir, events, state,
                 plan = make_plan(spec, backend, command, run_id=plan.run_id)
                 write_plan(run_dir, plan)
     finally:
+        if board is not None:      # stopped with the tasks, before the backend closes
+            board.stop()
         console.close()
         backend.close()
     result.unwritten = unwritten.lines()   # the pumps have drained every task by now
@@ -461,6 +469,15 @@ def _execute(spec, backend, plan, command, args, run_dir, events, state,
         seen.step if seen.step is not None else seen.latest_step
     return RunResult(result.status, result.reason, run_dir, final, rows,
                      round(result.duration, 3), plan.run_id)
+
+
+def _then(first, then):
+    """on_running: ``first()``, then ``then(doc)`` when there is one."""
+    def both(doc):
+        first()
+        if then is not None:
+            then(doc)
+    return both
 
 
 class JobWatch:

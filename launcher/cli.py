@@ -24,6 +24,7 @@ SUBCOMMANDS = {
     "status": "launcher.runs.commands:status_main",
     "logs": "launcher.runs.commands:logs_main",
     "cancel": "launcher.runs.commands:cancel_main",
+    "tensorboard": "launcher.tensorboard:main",
 }
 
 
@@ -45,7 +46,8 @@ def _parser() -> argparse.ArgumentParser:
                "'launch report RUN_DIR' draws a run's loss and metrics; "
                "'launch evaluate --model EXPORT_DIR --data FILE' scores an exported model; "
                "'launch list', 'launch status RUN', 'launch logs RUN [TASK] [-f]', "
-               "'launch cancel RUN' follow runs, attached or detached.",
+               "'launch cancel RUN' follow runs, attached or detached; "
+               "'launch tensorboard RUN' serves a run's model_dir with TensorBoard.",
     )
     p.add_argument("spec", metavar="SPEC", help="the cluster spec (JSON)")
     p.add_argument("--dry-run", action="store_true",

@@ -19,7 +19,7 @@ from typing import Any, Callable
 from launcher import model_dir as model_dirs
 from launcher.checks import Address
 from launcher.expand import expand, expand_args
-from launcher.spec import TIMEOUT_DEFAULTS, Spec, resources_for
+from launcher.spec import TIMEOUT_DEFAULTS, Spec, TensorBoardSettings, resources_for
 from orchestrator.policies import RestartPolicy
 from orchestrator.roles import in_start_order
 from orchestrator.steps import derive_max_steps
@@ -78,6 +78,7 @@ class JobPlan:
     timeouts: dict[str, float] = field(default_factory=lambda: dict(TIMEOUT_DEFAULTS))
     restart: dict[str, RestartPolicy] = field(default_factory=dict)
     check_storage: bool = True
+    tensorboard: TensorBoardSettings | None = None  # TensorBoard with the run
 
     def task(self, type_: str, index: int = 0) -> TaskPlan:
         return next(t for t in self.tasks if t.type == type_ and t.index == index)
@@ -94,6 +95,7 @@ class JobPlan:
                 "restart": {role: asdict(p) for role, p in self.restart.items()},
                 "check_storage": self.check_storage,
                 "storage": self.storage.to_dict(),
+                "tensorboard": asdict(self.tensorboard) if self.tensorboard else None,
                 "tasks": [t.to_dict() for t in self.tasks]}
 
     def to_json(self) -> str:
@@ -242,5 +244,5 @@ def build_plan(
                    model_dirs.resolve(spec.model_dir, spec.workdir, spec.env), tasks,
                    spec.strategy, backend=backend or spec.backend,
                    timeouts=dict(spec.timeouts), restart=restart_policies(spec),
-                   check_storage=spec.check_storage)
+                   check_storage=spec.check_storage, tensorboard=spec.tensorboard)
 

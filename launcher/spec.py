@@ -35,7 +35,7 @@ TOP_LEVEL_KEYS = (
     "name", "cluster", "evaluator", "command", "model_dir", "max_steps", "epochs", "examples",
     "batch_size", "backend", "env", "workdir", "run_dir", "timeouts", "restart", "resources",
     "check_storage", "$schema", "description", "strategy", "roles",
-    "tf_config_model_dir",
+    "tf_config_model_dir", "tensorboard",
 )
 ROLE_KEYS = ("command", "env", "workdir")     # what "roles": {ROLE: {...}} may override
 # How the job trains: who reads training data and what one global step is.
@@ -57,6 +57,14 @@ TIMEOUT_DEFAULTS = {
 RESOURCE_KEYS = ("cpus", "memory", "gpus", "devices", "gpu_share", "partition", "time")
 _DEVICE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9/-]*$")   # an index or a UUID (GPU-..., MIG-...)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+
+@dataclass(frozen=True)
+class TensorBoardSettings:
+    """``"tensorboard": true`` or ``{"port": N}``: TensorBoard on model_dir with the run
+    (launcher/tensorboard.py); port None: a free one."""
+
+    port: int | None = None
 
 
 @dataclass(frozen=True)
@@ -94,6 +102,7 @@ class Spec:
     tf_config_model_dir: bool = True   # Estimator jobs: TF_CONFIG["model_dir"] = model_dir
     backend_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     roles: dict[str, RoleSettings] = field(default_factory=dict)
+    tensorboard: TensorBoardSettings | None = None
     source: str | None = None
 
     def command_for(self, role: str, command: list[str] | None = None) -> list[str]:
@@ -354,6 +363,23 @@ def _check_devices(resources: dict[str, dict[str, Any]], cluster: dict[str, list
                                                      ": give one per task")
 
 
+def _parse_tensorboard(raw: Any) -> TensorBoardSettings | None:
+    if raw is None or raw is False:
+        return None
+    if raw is True:
+        return TensorBoardSettings()
+    if not isinstance(raw, dict):
+        raise fail("tensorboard", 'must be true, false or {"port": N}, got '
+                                   f"{type_name(raw)}")
+    check_keys(raw, ("port",), "tensorboard")
+    port = raw.get("port")
+    if port is not None:
+        port = expect_int(port, "tensorboard.port")
+        if port > 65535:
+            raise fail("tensorboard.port", f"must be at most 65535, got {port}")
+    return TensorBoardSettings(port)
+
+
 def validate(raw: Any, source: str | None = None, *, backends: Sequence[str]) -> Spec:
     """Validate a decoded JSON document; return a Spec. ``backends``: the names of the
     registered backends, each also the key of its options section (checked by the backend
@@ -407,6 +433,7 @@ def validate(raw: Any, source: str | None = None, *, backends: Sequence[str]) ->
                                         "tf_config_model_dir"),
         backend_options=backend_options,
         roles=_parse_roles(spec_obj["roles"], cluster, evaluator) if "roles" in spec_obj else {},
+        tensorboard=_parse_tensorboard(spec_obj.get("tensorboard")),
         source=source,
     )
 

@@ -11,8 +11,9 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 if [[ ${SETUP_APT:-1} == 1 && $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
   need=()
   # docker.io, docker-compose, debootstrap: the Docker test bed (tests/infra/docker_engine.py)
+  # chromium: headless page checks of `launch report` and TensorBoard (tests/output/)
   for pkg in openssh-server openssh-client slurm-wlm munge iproute2 procps psmisc \
-             docker.io docker-compose debootstrap; do
+             docker.io docker-compose debootstrap chromium; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
   done
   if ((${#need[@]})); then

@@ -144,6 +144,9 @@ class Backend(ABC):
     # The launcher gives each task its GPUs (CUDA_VISIBLE_DEVICES, launcher/gpus.py): the
     # backends that start processes themselves. Slurm and Kubernetes bind devices.
     places_gpus: ClassVar[bool] = False
+    # ``start`` also serves a process beside the tasks on a task's host (TensorBoard on the
+    # chief's: launcher/tensorboard.py); False: such a process runs on this machine.
+    serves_beside_tasks: ClassVar[bool] = False
     _gpus_here: tuple[Gpu, ...] | None       # this machine's, once asked (gpu_machines)
 
     def __init__(self, options: Any = None):

@@ -68,6 +68,7 @@ class LocalBackend(Backend):
     name = "local"
     local_processes = True
     places_gpus = True
+    serves_beside_tasks = True
 
     def __init__(self, options: Any = None, remap: bool = False):
         """``remap``: ``--local`` runs a spec written for another backend here, every host

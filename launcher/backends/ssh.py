@@ -341,6 +341,7 @@ class SSHBackend(Backend):
     name = "ssh"
     OPTIONS = SSHOptions
     places_gpus = True
+    serves_beside_tasks = True
 
     def __init__(self, options: SSHOptions | None = None):
         super().__init__(options if options is not None else SSHOptions())
@@ -600,6 +601,12 @@ class SSHBackend(Backend):
             return ProbeResult(124 if session.timed_out else 255,
                                "\n".join(other) or f"no answer within {timeout:.0f}s")
         return ProbeResult(answer["probe"]["status"], answer["probe"]["output"])
+
+    def tunnel_command(self, host: str, port: int) -> str:
+        """The ssh command that brings ``host``'s ``port`` to this machine's localhost."""
+        argv = self.ssh_argv(host)
+        at = argv.index("--")
+        return shlex.join(argv[:at] + ["-N", "-L", f"{port}:localhost:{port}"] + argv[at:])
 
     def describe(self, plan: JobPlan) -> str | None:
         hosts = list(dict.fromkeys(t.host for t in plan.tasks))

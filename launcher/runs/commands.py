@@ -173,10 +173,27 @@ def status_main(argv: list[str]) -> int:
     lease = status_line(state, lost=now == "lost")
     if lease:
         print(lease)
+    board = state.get("tensorboard")
+    if board:
+        print(tensorboard_line(board, now in LIVE, state["run_id"]))
     if not state.get("tasks"):       # no launcher follows it: the engine may show them
         state["tasks"] = _engine(state).engine_tasks(state.get("handle") or {}) or []
     print(task_table(state, run_dir, now, every=args.all))
     return 0 if now in LIVE + ("succeeded",) else 1
+
+
+def tensorboard_line(board: dict, live: bool, run_id: str) -> str:
+    """The run's TensorBoard as `launch status` shows it."""
+    again = f"`launch tensorboard {run_id}` serves the run"
+    if live and board.get("state") == "running":
+        tunnel = f" (not reachable from its launcher: {board['tunnel']})" \
+            if board.get("tunnel") else ""
+        return f"tensorboard: {board['url']}{tunnel}"
+    if live and board.get("state") == "starting":
+        return "tensorboard: starting"
+    if board.get("note") and board.get("state") != "ended":
+        return f"tensorboard: {board['note']}; {again}"
+    return f"tensorboard: ended with the run; {again}"
 
 
 # ---------------------------------------------------------------------- logs

@@ -50,6 +50,10 @@ def test_example_specs_pass_schema_and_parser(path):
     {"cluster": {"worker": 2}, "model_dir": "m", "resources": {"worker": {"devices": []}}},
     {"cluster": {"worker": 2}, "model_dir": "m", "resources": {"worker": {"devices": ["0;1"]}}},
     {"cluster": {"worker": 2}, "model_dir": "m", "resources": {"worker": {"gpu_share": 1}}},
+    {"cluster": {"worker": 1}, "model_dir": "m", "tensorboard": "yes"},
+    {"cluster": {"worker": 1}, "model_dir": "m", "tensorboard": {"port": 0}},
+    {"cluster": {"worker": 1}, "model_dir": "m", "tensorboard": {"port": 70000}},
+    {"cluster": {"worker": 1}, "model_dir": "m", "tensorboard": {"host": "x"}},
 ])
 def test_schema_and_parser_both_refuse(doc):
     assert not VALIDATOR.is_valid(doc)
@@ -94,3 +98,12 @@ def test_schema_and_parser_both_take_gpu_resources():
     spec = parse_spec(json.dumps(doc))
     assert spec.resources["worker"]["devices"] == ["0,1", "GPU-8f6a"]
     assert spec.resources["default"] == {"gpus": 1, "gpu_share": True}
+
+
+@pytest.mark.parametrize("value, port", [(True, None), ({}, None), ({"port": 7007}, 7007)])
+def test_schema_and_parser_both_take_tensorboard(value, port):
+    doc = {"cluster": {"worker": 1}, "model_dir": "m", "command": ["python", "t.py"],
+           "tensorboard": value}
+    VALIDATOR.validate(doc)
+    assert parse_spec(json.dumps(doc)).tensorboard.port == port
+    assert parse_spec(json.dumps({**doc, "tensorboard": False})).tensorboard is None

@@ -1,0 +1,300 @@
+"""TensorBoard with the run, and ``launch tensorboard RUN`` for any run.
+
+``"tensorboard": true`` (or ``{"port": N}``) in the spec starts TensorBoard on model_dir
+once every task runs, on a host that reads model_dir as the tasks do: the chief's host
+(through the backend, where it reaches the tasks' hosts: local, ssh), else this machine.
+It is a process the launcher owns, in a process group of its own, outside the job: it
+never decides the job's verdict, a crash of it is a note, and it is stopped with the tasks
+(a detached run keeps it while it runs). Its output goes to ``RUN_DIR/logs/tensorboard.log``.
+
+Which TensorBoard: the one of the chief's Python (its venv), else ``tensorboard`` on PATH,
+else the launcher's own environment's; none: one line saying how to get one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+import socket
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+from launcher.plan import JobPlan, TaskPlan
+
+NOT_INSTALLED = 127
+LOCAL_HOSTS = ("localhost", "127.0.0.1")
+READY = re.compile(r"^TensorBoard \S+ at (http\S+)")
+ROLE = "tensorboard"
+HOW_TO_GET = ("pip install tensorboard into the tasks' Python environment (TensorFlow <= "
+              "2.15 brings it; 2.16 and later do not)")
+# Run with the chief's Python: argv[1] is the launcher's interpreter (the last resort), the
+# rest TensorBoard's arguments.
+CHOOSER = """\
+import importlib.util, os, shutil, subprocess, sys
+fallback, args = sys.argv[1], sys.argv[2:]
+def serve(argv):
+    print("tfcluster: TensorBoard from " + argv[0], flush=True)
+    os.execv(argv[0], argv + args)
+if importlib.util.find_spec("tensorboard") is not None:
+    serve([sys.executable, "-m", "tensorboard.main"])
+found = shutil.which("tensorboard")
+if found:
+    serve([found])
+if fallback and os.access(fallback, os.X_OK) and subprocess.run(
+        [fallback, "-c", "import tensorboard"], capture_output=True).returncode == 0:
+    serve([fallback, "-m", "tensorboard.main"])
+print("tfcluster: no tensorboard", file=sys.stderr, flush=True)
+sys.exit(NOT_INSTALLED)
+""".replace("NOT_INSTALLED", str(NOT_INSTALLED))
+
+
+def _python_of(command: list[str]) -> str:
+    from launcher.preflight.storage_check import probe_python
+
+    return probe_python(command)
+
+
+def board_task(python: str, env: dict[str, str], cwd: str | None, host: str, logdir: str,
+               port: int) -> TaskPlan:
+    """TensorBoard as a task on ``host``: started with ``python`` (the chief's), which
+    picks the TensorBoard to run (``CHOOSER``); bound to every interface on another host,
+    to localhost here."""
+    env = {k: v for k, v in env.items() if k != "TF_CONFIG"}
+    env.update(CUDA_VISIBLE_DEVICES="", TFCLUSTER_TASK=f"{ROLE}:0", TFCLUSTER_TASK_TYPE=ROLE)
+    bind = ["--host", "localhost"] if host in LOCAL_HOSTS else ["--bind_all"]
+    command = [python, "-c", CHOOSER, sys.executable, "--logdir", logdir, "--port", str(port),
+               *bind]
+    return TaskPlan(ROLE, 0, host, port, command, env, cwd)
+
+
+def _here(python: str) -> str:
+    """The chief's Python on this machine, else the launcher's."""
+    import shutil
+
+    return shutil.which(python) or sys.executable
+
+
+def logdir_of(task: TaskPlan) -> str:
+    return task.command[task.command.index("--logdir") + 1]
+
+
+def _local_logdir(url: str) -> str:
+    return url[len("file://"):] if url.startswith("file://") else url
+
+
+@dataclasses.dataclass
+class Served:
+    """What ``launch status`` shows of a run's TensorBoard (``state.json``)."""
+
+    url: str | None = None
+    host: str = "localhost"
+    port: int = 0
+    state: str = "starting"      # starting, running, ended, failed, not installed
+    note: str | None = None
+    tunnel: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class TensorBoard:
+    """One TensorBoard process, started through ``backend`` and stopped with ``stop``."""
+
+    def __init__(self, task: TaskPlan, backend: Any, log_path: str,
+                 say: Callable[[str], None], record: Callable[[dict], None] = lambda d: None,
+                 kill_after: float = 5.0, own_backend: bool = False):
+        self.task = task
+        self.backend = backend
+        self.log_path = log_path
+        self.say = say
+        self.record = record
+        self.kill_after = kill_after
+        self.own_backend = own_backend
+        self.served = Served(host=task.host, port=task.port)
+        self.handle: Any = None
+        self.ready = threading.Event()
+        self.ended = threading.Event()
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._last: list[str] = []
+
+    # ------------------------------------------------------------------ life
+    def start(self) -> None:
+        """Start it, from a thread that lives as long as it should: a process started by the
+        backend gets SIGTERM when the thread that started it ends (PR_SET_PDEATHSIG)."""
+        if self._stopping.is_set():
+            return
+        os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
+        try:
+            self.handle = self.backend.start(self.task)
+        except Exception as e:      # noqa: BLE001 - TensorBoard never ends the job
+            self._end("failed", f"TensorBoard did not start: {e}")
+            return
+        self._spawn(self._pump, "tensorboard-pump")
+
+    def stop(self) -> None:
+        """Stop it (its whole process group) and wait until it is gone."""
+        self._stopping.set()
+        if self.handle is not None and self.handle.poll() is None:
+            self.handle.terminate()
+            deadline = time.monotonic() + self.kill_after
+            while self.handle.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if self.handle.poll() is None:
+                self.handle.kill()
+                while self.handle.poll() is None and time.monotonic() < deadline + 5:
+                    time.sleep(0.05)
+        for t in self._threads:
+            t.join(timeout=5)
+        if self.own_backend:
+            self.backend.close()
+        if self.served.state in ("starting", "running"):
+            self.served.state = "ended"
+            self.record(self.served.to_dict())
+
+    def wait(self) -> None:
+        """Until it ends by itself (``launch tensorboard``: until Ctrl-C)."""
+        while not self.ended.wait(0.5):
+            pass
+
+    # ------------------------------------------------------------------ inside
+    def _spawn(self, target: Callable[[], None], name: str) -> None:
+        t = threading.Thread(target=target, name=name, daemon=True)
+        self._threads.append(t)
+        t.start()
+
+    def _pump(self) -> None:
+        with open(self.log_path, "ab") as log:
+            stream = self.handle.output
+            for raw in iter(stream.readline, b"") if stream is not None else ():
+                log.write(raw)
+                log.flush()
+                line = raw.decode(errors="replace").rstrip("\r\n")
+                self._last = (self._last + [line])[-5:] if line.strip() else self._last
+                if not self.ready.is_set() and READY.match(line):
+                    self._serving()
+        status = None
+        for _ in range(100):
+            status = self.handle.poll()
+            if status is not None:
+                break
+            time.sleep(0.05)
+        if self._stopping.is_set():
+            self.ended.set()
+            return
+        if status == NOT_INSTALLED:
+            self._end("not installed", f"TensorBoard: no tensorboard where it would run "
+                                       f"({self.task.host}): {HOW_TO_GET}")
+        else:
+            last = next((x for x in reversed(self._last) if x.strip()), "no output")
+            self._end("failed", f"note: TensorBoard ended (exit status {status}): {last}; "
+                                f"the job goes on (log: {self.log_path})")
+
+    def _serving(self) -> None:
+        host, port = self.task.host, self.task.port
+        url = f"http://{host}:{port}/"
+        tunnel = None
+        if host not in LOCAL_HOSTS and not _reachable(host, port):
+            describe = getattr(self.backend, "tunnel_command", None)
+            tunnel = describe(host, port) if describe is not None else None
+        self.served = dataclasses.replace(self.served, url=url, state="running", tunnel=tunnel)
+        self.record(self.served.to_dict())
+        self.ready.set()
+        if tunnel:
+            self.say(f"TensorBoard on {host}:{port} is not reachable from here: run "
+                     f"`{tunnel}` and open http://localhost:{port}/")
+        else:
+            self.say(f"TensorBoard: {url}  (logdir {logdir_of(self.task)})")
+
+    def _end(self, state: str, message: str) -> None:
+        self.served = dataclasses.replace(self.served, state=state, note=message)
+        self.record(self.served.to_dict())
+        self.say(message)
+        self.ended.set()
+
+
+def _reachable(host: str, port: int, timeout: float = 3.0) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def with_run(plan: JobPlan, backend: Any, run_dir: str, console: Any,
+             record: Callable[[dict], None]) -> TensorBoard | None:
+    """The run's TensorBoard when the spec asks for one (not started yet), else None.
+    Where the backend starts processes beside the tasks (``serves_beside_tasks``: local,
+    ssh) it runs on the chief's host as the chief does (its Python, environment, working
+    directory, model_dir as given); else on this machine, reading model_dir as the
+    launcher does."""
+    if plan.tensorboard is None:
+        return None
+    primary = next((t for t in plan.tasks if t.type in ("chief", "master")), None) or \
+        next(t for t in plan.tasks if t.type == "worker")
+    python = _python_of(primary.command)
+    if backend.serves_beside_tasks:
+        runner, own, host = backend, False, primary.host
+        env, cwd, logdir = primary.env, primary.cwd, plan.model_dir
+    else:
+        from launcher.backends.local import LocalBackend
+
+        runner, own, host = LocalBackend(), True, "localhost"
+        env, cwd, logdir = primary.env, None, _local_logdir(plan.storage.url)
+        python = _here(python)
+    port = plan.tensorboard.port or runner.allocate_port(host)
+    return TensorBoard(board_task(python, env, cwd, host, logdir, port), runner,
+                       os.path.join(run_dir, "logs", "tensorboard.log"), console.info, record,
+                       kill_after=plan.timeouts.get("kill", 5.0), own_backend=own)
+
+
+# ---------------------------------------------------------------------- launch tensorboard
+def main(argv: list[str]) -> int:
+    """``launch tensorboard RUN``: serve a run's model_dir here until Ctrl-C."""
+    import json
+
+    from launcher.backends.local import LocalBackend
+    from launcher.backends.processes import free_port
+    from launcher.runs.registry import RunError, find_run
+
+    p = argparse.ArgumentParser(
+        prog="launch tensorboard",
+        description="Serve a run's model_dir with TensorBoard on this machine until Ctrl-C: "
+                    "any run, running or finished.")
+    p.add_argument("run", metavar="RUN", help="run id (or a unique prefix), or run directory")
+    p.add_argument("--root", metavar="DIR",
+                   help="the run root (default: $TFCLUSTER_RUNS, else .tfcluster/runs)")
+    p.add_argument("--port", type=int, default=None, help="default: a free port")
+    args = p.parse_args(argv)
+    run_dir = find_run(args.run, args.root)
+    try:
+        with open(os.path.join(run_dir, "plan.json"), encoding="utf-8") as f:
+            plan = json.load(f)
+        logdir = _local_logdir(plan["storage"]["url"])
+        primary = next(t for t in plan["tasks"] if t["type"] in ("chief", "master", "worker"))
+    except (OSError, ValueError, KeyError, TypeError, StopIteration) as e:
+        raise RunError(f"{run_dir} has no readable plan.json ({e!r}): the run never "
+                       "started") from None
+    if "://" not in logdir and not os.path.isdir(logdir):
+        raise RunError(f"model_dir {logdir} is not on this machine: run `launch tensorboard` "
+                       "on a host that has it")
+    python = _python_of(primary["command"])
+    python = _here(python)
+    env = {"TFCLUSTER_RUN_ID": plan.get("run_id", "")}
+    board = TensorBoard(board_task(python, env, None, "localhost", logdir,
+                                   args.port or free_port()),
+                        LocalBackend(), os.path.join(run_dir, "logs", "tensorboard.log"),
+                        lambda line: print(f"tfcluster: {line}", file=sys.stderr, flush=True),
+                        own_backend=True)
+    try:
+        board.start()
+        board.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        board.stop()
+    return 2 if board.served.state == "not installed" else 0
