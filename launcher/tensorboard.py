@@ -119,15 +119,22 @@ class TensorBoard:
         self.ready = threading.Event()
         self.ended = threading.Event()
         self._stopping = threading.Event()
+        self._gone = threading.Event()      # the process ended: its starting thread may end
+        self._life: threading.Thread | None = None
         self._threads: list[threading.Thread] = []
         self._last: list[str] = []
 
     # ------------------------------------------------------------------ life
     def start(self) -> None:
-        """Start it, from a thread that lives as long as it should: a process started by the
-        backend gets SIGTERM when the thread that started it ends (PR_SET_PDEATHSIG)."""
-        if self._stopping.is_set():
+        """Start it without holding up the caller. It is started by a thread of its own that
+        lives until it is gone: a process started by the backend gets SIGTERM when the
+        thread that started it ends (the parent-death signal)."""
+        if self._stopping.is_set() or self._life is not None:
             return
+        self._life = threading.Thread(target=self._live, name="tensorboard", daemon=True)
+        self._life.start()
+
+    def _live(self) -> None:
         os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
         try:
             self.handle = self.backend.start(self.task)
@@ -135,10 +142,15 @@ class TensorBoard:
             self._end("failed", f"TensorBoard did not start: {e}")
             return
         self._spawn(self._pump, "tensorboard-pump")
+        self._gone.wait()
 
     def stop(self) -> None:
         """Stop it (its whole process group) and wait until it is gone."""
         self._stopping.set()
+        deadline = time.monotonic() + 60
+        while self._life is not None and self._life.is_alive() and self.handle is None and \
+                time.monotonic() < deadline:
+            time.sleep(0.05)            # still being started
         if self.handle is not None and self.handle.poll() is None:
             self.handle.terminate()
             deadline = time.monotonic() + self.kill_after
@@ -148,7 +160,8 @@ class TensorBoard:
                 self.handle.kill()
                 while self.handle.poll() is None and time.monotonic() < deadline + 5:
                     time.sleep(0.05)
-        for t in self._threads:
+        self._gone.set()
+        for t in [*self._threads, *([self._life] if self._life else [])]:
             t.join(timeout=5)
         if self.own_backend:
             self.backend.close()
@@ -183,6 +196,7 @@ class TensorBoard:
             if status is not None:
                 break
             time.sleep(0.05)
+        self._gone.set()
         if self._stopping.is_set():
             self.ended.set()
             return
@@ -241,9 +255,9 @@ def with_run(plan: JobPlan, backend: Any, run_dir: str, console: Any,
         runner, own, host = backend, False, primary.host
         env, cwd, logdir = primary.env, primary.cwd, plan.model_dir
     else:
-        from launcher.backends.local import LocalBackend
+        from launcher.backends import backend_class
 
-        runner, own, host = LocalBackend(), True, "localhost"
+        runner, own, host = backend_class("local")(), True, "localhost"
         env, cwd, logdir = primary.env, None, _local_logdir(plan.storage.url)
         python = _here(python)
     port = plan.tensorboard.port or runner.allocate_port(host)
@@ -257,7 +271,7 @@ def main(argv: list[str]) -> int:
     """``launch tensorboard RUN``: serve a run's model_dir here until Ctrl-C."""
     import json
 
-    from launcher.backends.local import LocalBackend
+    from launcher.backends import backend_class
     from launcher.backends.processes import free_port
     from launcher.runs.registry import RunError, find_run
 
@@ -287,7 +301,7 @@ def main(argv: list[str]) -> int:
     env = {"TFCLUSTER_RUN_ID": plan.get("run_id", "")}
     board = TensorBoard(board_task(python, env, None, "localhost", logdir,
                                    args.port or free_port()),
-                        LocalBackend(), os.path.join(run_dir, "logs", "tensorboard.log"),
+                        backend_class("local")(), os.path.join(run_dir, "logs", "tensorboard.log"),
                         lambda line: print(f"tfcluster: {line}", file=sys.stderr, flush=True),
                         own_backend=True)
     try:

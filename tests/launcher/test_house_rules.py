@@ -151,14 +151,19 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
         "one live run per model_dir: the lease file, its heartbeat, who may take it "
         "(docs/runs.md)",
         ("launcher.backends", "launcher.errors", "launcher.runs.registry")),
+    "launcher.tensorboard": (
+        "TensorBoard with the run (a process the launcher owns, beside the chief or on this "
+        "machine, outside the verdict) and `launch tensorboard RUN`",
+        ("launcher.backends", "launcher.backends.processes", "launcher.plan",
+         "launcher.preflight", "launcher.runs.registry")),
     "launcher.api": (
         "the composition root: `launcher.run()`, `dry_run()`; builds the backend, the plan,"
         " the monitors, the job loop",
         ("launcher.backends", "launcher.crash", "launcher.ending", "launcher.errors",
          "launcher.gpus", "launcher.job", "launcher.lease", "launcher.model_dir",
          "launcher.monitors", "launcher.output", "launcher.plan", "launcher.preflight",
-         "launcher.redact", "launcher.runs.registry", "launcher.spec", "launcher.unwritten",
-         "orchestrator", "orchestrator.roles")),
+         "launcher.redact", "launcher.runs.registry", "launcher.spec", "launcher.tensorboard",
+         "launcher.unwritten", "orchestrator", "orchestrator.roles")),
     "launcher.runs": (
         "`launch list/status/logs/cancel` (through the backend a run names) and `--detach`",
         ("launcher.api", "launcher.backends", "launcher.backends.base", "launcher.errors",

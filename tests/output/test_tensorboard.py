@@ -140,3 +140,30 @@ def test_the_board_runs_with_the_chiefs_python_and_environment_but_no_gpus(tmp_p
     assert task.env["TFCLUSTER_RUN_ID"] == "r-1"     # `launch cancel` finds it with the run
     here = board_task("python", {}, None, "localhost", "m", 6006)
     assert here.command[-2:] == ["--host", "localhost"]
+
+
+class TunnelledBackend(LocalBackend):
+    """Starts here, names a host this machine cannot reach (as an ssh host behind a
+    firewall would be)."""
+
+    def tunnel_command(self, host: str, port: int) -> str:
+        return f"ssh -N -L {port}:localhost:{port} -- {host}"
+
+
+def test_a_host_not_reachable_from_here_gets_the_tunnel_command(tmp_path):
+    port = free_port()
+    task = TaskPlan("tensorboard", 0, "tfc-unreachable.invalid", port,
+                    [sys.executable, str(FAKE), "--logdir", "m", "--port", str(port)], {})
+    said: list[str] = []
+    board = TensorBoard(task, TunnelledBackend(), str(tmp_path / "tb.log"), said.append,
+                        kill_after=2, own_backend=True)
+    board.start()
+    try:
+        assert board.ready.wait(30)
+    finally:
+        board.stop()
+    assert said == [f"TensorBoard on tfc-unreachable.invalid:{port} is not reachable from "
+                    f"here: run `ssh -N -L {port}:localhost:{port} -- tfc-unreachable.invalid` "
+                    f"and open http://localhost:{port}/"]
+    assert board.served.tunnel and board.served.url == \
+        f"http://tfc-unreachable.invalid:{port}/"
