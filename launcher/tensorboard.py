@@ -135,8 +135,8 @@ class TensorBoard:
         self._life.start()
 
     def _live(self) -> None:
-        os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
         try:
+            os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
             self.handle = self.backend.start(self.task)
         except Exception as e:      # noqa: BLE001 - TensorBoard never ends the job
             self._end("failed", f"TensorBoard did not start: {e}")
@@ -181,15 +181,20 @@ class TensorBoard:
         t.start()
 
     def _pump(self) -> None:
-        with open(self.log_path, "ab") as log:
-            stream = self.handle.output
+        log = _open_log(self.log_path)
+        stream = self.handle.output
+        try:
             for raw in iter(stream.readline, b"") if stream is not None else ():
-                log.write(raw)
-                log.flush()
+                log = _write(log, raw)
                 line = raw.decode(errors="replace").rstrip("\r\n")
                 self._last = (self._last + [line])[-5:] if line.strip() else self._last
                 if not self.ready.is_set() and READY.match(line):
                     self._serving()
+        except (OSError, ValueError):
+            pass                        # its output closed under us: it is ending
+        finally:
+            if log is not None:
+                log.close()
         status = None
         for _ in range(100):
             status = self.handle.poll()
@@ -229,6 +234,28 @@ class TensorBoard:
         self.record(self.served.to_dict())
         self.say(message)
         self.ended.set()
+
+
+def _open_log(path: str):
+    """TensorBoard's log, or None where it cannot be written (a full disk): its output is
+    then read and dropped, never an error."""
+    try:
+        return open(path, "ab")   # noqa: SIM115 - closed by the pump
+    except OSError:
+        return None
+
+
+def _write(log, data: bytes):
+    """``log`` after writing ``data`` to it; None once writing failed."""
+    if log is None:
+        return None
+    try:
+        log.write(data)
+        log.flush()
+        return log
+    except OSError:
+        log.close()
+        return None
 
 
 def _reachable(host: str, port: int, timeout: float = 3.0) -> bool:
