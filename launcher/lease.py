@@ -195,9 +195,15 @@ class LocalStore(Store):
             return None
 
     def _aside(self, data: bytes) -> str:
+        """The lease written whole beside its place (a full disk leaves nothing behind)."""
         tmp = f"{self.path}.{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        with open(tmp, "xb") as f:
-            f.write(data)
+        try:
+            with open(tmp, "xb") as f:
+                f.write(data)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
         return tmp
 
     def create(self, data: bytes) -> bool:
