@@ -440,7 +440,7 @@ def _execute(spec, backend, plan, command, args, run_dir, events, state,
                          plan.model_dir, result.training_finished,
                          watch.progress().evaluated_step)
     closing.evaluated_step = own_evaluations(
-        TrainingView(evaluated_step=closing.evaluated_step), *job.announced()).evaluated_step
+        TrainingView(evaluated_step=closing.evaluated_step), job.snapshot()).evaluated_step
     short = verdict(result, closing)
     if short:
         result = dataclasses.replace(result, status=1, reason=short)

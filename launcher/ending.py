@@ -174,18 +174,16 @@ def evaluated_in(line: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def own_evaluations(training: TrainingView, announced: dict[str, int | None],
-                    types: dict[str, str]) -> TrainingView:
+def own_evaluations(training: TrainingView, tasks: Iterable[TaskState]) -> TrainingView:
     """Who evaluated what. A chief that runs its own ``evaluate()`` (TonY's example) writes
     the same ``eval/`` events as the evaluator, so model_dir alone cannot tell whose an
     evaluation is: once a trainer announced an evaluation in its output, only the
-    evaluator's own announcements count as the evaluator's (``announced``: each task's
-    newest announced step; ``types``: each task's type)."""
-    if not any(step is not None and types[name] in TRAINERS
-               for name, step in announced.items()):
+    evaluator's own announcements count as the evaluator's (``TaskState.evaluated``: each
+    task's newest announced step)."""
+    tasks = list(tasks)
+    if not any(t.evaluated is not None and t.type in TRAINERS for t in tasks):
         return training
-    own = [step for name, step in announced.items()
-           if step is not None and types[name] == "evaluator"]
+    own = [t.evaluated for t in tasks if t.evaluated is not None and t.type == "evaluator"]
     return replace(training, evaluated_step=max(own) if own else None)
 
 

@@ -313,15 +313,10 @@ class Job:
         """What model_dir says (the coordinator's view), as the end rules read it."""
         view = self.training() if self.training is not None else \
             TrainingView(max_steps=self.plan.max_steps)
-        view = own_evaluations(view, *self.announced())
+        view = own_evaluations(view, self.snapshot())
         if self.reached_at is not None:
             view = replace(view, reached_at=self.reached_at)
         return view
-
-    def announced(self) -> tuple[dict[str, int | None], dict[str, str]]:
-        """Each task's newest evaluation announced in its own output, and its type."""
-        runs = self.tasks.runs
-        return {r.name: r.evaluated for r in runs}, {r.name: r.task.type for r in runs}
 
     def _ended_well(self) -> bool:
         """After training: apply the end rules (launcher/ending.py) once per turn; True

@@ -76,7 +76,7 @@ class TaskRun:
                           last_line=self.tail[-1] if self.tail else "",
                           duration=self.duration(now), log=self.log_path,
                           pid=self.handle.pid if self.handle is not None else None,
-                          gpus=self.task.gpus)
+                          gpus=self.task.gpus, evaluated=self.evaluated)
         return dataclasses.replace(state, exit_status=state.words() if ended else None)
 
 

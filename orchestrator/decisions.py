@@ -59,6 +59,7 @@ class TaskState:
     log: str = ""              # its log file
     pid: int | None = None     # its process (as the backend reports it)
     gpus: list[str] | None = None  # the GPUs the launcher placed it on (None: not placed)
+    evaluated: int | None = None   # the newest evaluation its own output announced
 
     def words(self) -> str:
         """Its state in words: "not started", "running", the exit status, or the signal
