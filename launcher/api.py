@@ -119,9 +119,11 @@ def resolve_spec(spec, overrides: dict[str, Any] | None = None):
     raise UsageError(f"spec must be a path, a dict or a Spec, got {type(spec).__name__}")
 
 
-def _backend(spec, local: bool):
-    """The spec's backend (``--local``: the local one) built from its options, then told
-    what the job asks of it (``Backend.accept``): it never sees the spec."""
+def _backend(spec, local: bool, inside_job: bool = False):
+    """The spec's backend (``--local``: the local one, the spec's hosts remapped to this
+    machine) built from its options, then told what the job asks of it
+    (``Backend.accept``): it never sees the spec. ``inside_job``: the launcher runs inside
+    the engine's job (a detached Slurm run's batch script)."""
     from launcher.backends import backend_class
     from launcher.gpus import check_backend
     from launcher.plan import reservation
@@ -131,7 +133,7 @@ def _backend(spec, local: bool):
         backend_class(section).validate_options(raw, section)
     cls = backend_class(name)
     options = cls.validate_options(spec.backend_options.get(name), name)
-    backend = cls(options, remap=True) if local and spec.backend != "local" else cls(options)
+    backend = cls(options, remap=local and spec.backend != "local", inside_job=inside_job)
     backend.accept(reservation(spec))
     check_backend(backend.places_gpus, name, spec.resources)
     return backend
@@ -150,10 +152,10 @@ def _check_command(spec, command: list[str] | None) -> None:
 
 
 def prepare(spec, command: list[str] | None = None, *, local: bool = False,
-            overrides: dict[str, Any] | None = None):
+            overrides: dict[str, Any] | None = None, inside_job: bool = False):
     """(Spec, backend) for a spec given as path, dict or Spec; bad input raises here."""
     spec = resolve_spec(spec, overrides)
-    backend = _backend(spec, local)
+    backend = _backend(spec, local, inside_job)
     _check_command(spec, command)
     return spec, backend
 

@@ -160,11 +160,11 @@ def run_cli(argv: list[str]) -> int:
     from launcher import api
 
     assert args.spec is not None        # SPEC is a required argument
-    spec, backend = api.prepare(args.spec, command, local=args.local)
+    spec, backend = api.prepare(args.spec, command, local=args.local,
+                                inside_job=args.in_allocation)
     if args.detach and not args.in_allocation:
         from launcher.runs.detach import detach
         return detach(spec, backend, command, args)
-    backend.inside_job = args.in_allocation
     if args.dry_run:
         plan = api.make_plan(spec, backend, command, run_id=args.run_id)
         print(api.render_dry_run(plan, backend, as_json=args.json, every=args.every))

@@ -135,9 +135,6 @@ class Backend(ABC):
     reachable: ClassVar[bool] = True
     # An address without a port gets one picked anew at every start (--dry-run says so).
     ports_picked_at_start: ClassVar[bool] = True
-    # True when the launcher runs inside the engine's job (a detached Slurm run's batch
-    # script): ``prepare`` adopts that job, ``close`` leaves it to end with the script.
-    inside_job: bool = False
     # True when ``--detach`` hands the whole job to the engine (``submit``); False: the
     # launcher goes on as a daemon on this machine.
     detached_by_engine: ClassVar[bool] = False
@@ -149,8 +146,15 @@ class Backend(ABC):
     serves_beside_tasks: ClassVar[bool] = False
     _gpus_here: tuple[Gpu, ...] | None       # this machine's, once asked (gpu_machines)
 
-    def __init__(self, options: Any = None):
+    def __init__(self, options: Any = None, *, remap: bool = False, inside_job: bool = False):
+        """``options``: the spec's section named like the backend, as its ``OPTIONS``.
+        ``remap``: ``--local`` runs a spec written for another backend here, every host
+        mapped to this machine on purpose. ``inside_job``: the launcher runs inside the
+        engine's job (a detached Slurm run's batch script): ``prepare`` adopts that job,
+        ``close`` leaves it to end with the script."""
         self.options = options
+        self.remap = remap
+        self.inside_job = inside_job
 
     @classmethod
     def validate_options(cls, raw: dict[str, Any] | None, field: str) -> Any:

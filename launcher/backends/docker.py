@@ -179,8 +179,10 @@ class DockerBackend(Backend):
     places_gpus = True
     options: DockerOptions
 
-    def __init__(self, options: DockerOptions | None = None):
-        super().__init__(options if options is not None else DockerOptions())
+    def __init__(self, options: DockerOptions | None = None, *, remap: bool = False,
+                 inside_job: bool = False):
+        super().__init__(options if options is not None else DockerOptions(), remap=remap,
+                         inside_job=inside_job)
         self._ports: set[int] = set()
         self._host_ports: dict[str, set[int]] = {}
         self._run_id: str | None = None

@@ -127,8 +127,9 @@ class KubernetesBackend(Backend):
     options: KubernetesOptions
     reachable = False   # pod addresses are cluster-internal: the engine's state alone
 
-    def __init__(self, options: KubernetesOptions | None = None):
-        super().__init__(options or KubernetesOptions())
+    def __init__(self, options: KubernetesOptions | None = None, *, remap: bool = False,
+                 inside_job: bool = False):
+        super().__init__(options or KubernetesOptions(), remap=remap, inside_job=inside_job)
         self.job = "job"                           # the job's name as Kubernetes takes it
         self.replicas: dict[str, int] = {}         # role -> tasks, the evaluator included
         self.restart: dict[str, RestartPolicy] = {}   # the spec's own rules: JobSet's

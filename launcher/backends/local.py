@@ -70,11 +70,8 @@ class LocalBackend(Backend):
     places_gpus = True
     serves_beside_tasks = True
 
-    def __init__(self, options: Any = None, remap: bool = False):
-        """``remap``: ``--local`` runs a spec written for another backend here, every host
-        mapped to this machine on purpose."""
-        super().__init__(options)
-        self.remap = remap
+    def __init__(self, options: Any = None, *, remap: bool = False, inside_job: bool = False):
+        super().__init__(options, remap=remap, inside_job=inside_job)
         self._hosts: tuple[tuple[str, int, Address], ...] = ()   # checked by preflight
         self._ports: set[int] = set()
         self._watchdog: Watchdog | None = None

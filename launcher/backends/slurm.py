@@ -185,8 +185,9 @@ class SlurmBackend(Backend):
     options: SlurmOptions
     detached_by_engine = True
 
-    def __init__(self, options: SlurmOptions | None = None):
-        super().__init__(options or SlurmOptions())
+    def __init__(self, options: SlurmOptions | None = None, *, remap: bool = False,
+                 inside_job: bool = False):
+        super().__init__(options or SlurmOptions(), remap=remap, inside_job=inside_job)
         self._ports: set[int] = set()
         self.job_id: str | None = None
         self.labels: list[str] = []                     # the spec's host labels, one per node

@@ -343,8 +343,10 @@ class SSHBackend(Backend):
     places_gpus = True
     serves_beside_tasks = True
 
-    def __init__(self, options: SSHOptions | None = None):
-        super().__init__(options if options is not None else SSHOptions())
+    def __init__(self, options: SSHOptions | None = None, *, remap: bool = False,
+                 inside_job: bool = False):
+        super().__init__(options if options is not None else SSHOptions(), remap=remap,
+                         inside_job=inside_job)
         self.options: SSHOptions
         self.timeouts: dict[str, float] = {}        # the plan's, from preflight()
         self._ports: set[tuple[str, int]] = set()
