@@ -20,7 +20,15 @@ from pathlib import Path
 
 import pytest
 from headless_chromium import dump_dom, screenshot, visible_text
-from support import PY_TF215, REPO, launch_cmd, marked_processes, run_launch
+from support import (
+    PY_TF215,
+    REPO,
+    cancelled_on_exit,
+    detach,
+    launch_cmd,
+    marked_processes,
+    run_launch,
+)
 
 pytestmark = pytest.mark.tf
 URL_LINE = re.compile(r"TensorBoard: (http://\S+)")
@@ -154,3 +162,32 @@ def test_the_report_page_in_chromium(served_run):
 
 def _near(pixel: tuple, color: tuple, tolerance: int = 40) -> bool:
     return all(abs(a - b) <= tolerance for a, b in zip(pixel, color))
+
+
+FAKE_TASK = str(REPO / "tests" / "local" / "fake_task.py")
+
+
+def test_a_detached_run_keeps_its_tensorboard_until_cancelled(tmp_path, runs):
+    spec = {"name": "detached-board", "cluster": {"chief": 1}, "command": [PY_TF215, FAKE_TASK],
+            "env": {"FAKE_PLAN": json.dumps({"chief": "forever"})},
+            "model_dir": str(tmp_path / "model"), "tensorboard": True,
+            "timeouts": {"kill": 2, "unresponsive": 0}}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    with cancelled_on_exit(tmp_path, runs):
+        run_id = detach(tmp_path / "spec.json", runs)
+        deadline = time.monotonic() + 240
+        url = None
+        while url is None and time.monotonic() < deadline:
+            status = run_launch("status", run_id, env=runs, timeout=60)
+            found = re.search(r"^tensorboard: (http://\S+)$", status.stdout, re.M)
+            url = found.group(1) if found else None
+            time.sleep(1)
+        assert url, status.stdout
+        assert get_json(f"{url}data/runs") == []        # served while the run lives
+        cancel = run_launch("cancel", run_id, env=runs, timeout=180)
+        assert cancel.returncode == 0, cancel.stderr
+    port = int(url.rsplit(":", 1)[1].strip("/"))
+    assert not listening(port) and tensorboards() == []
+    after = run_launch("status", run_id, env=runs, timeout=60).stdout
+    assert f"tensorboard: ended with the run; `launch tensorboard {run_id}` serves the run" \
+        in after
