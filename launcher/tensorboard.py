@@ -312,14 +312,16 @@ def main(argv: list[str]) -> int:
     p.add_argument("--port", type=int, default=None, help="default: a free port")
     args = p.parse_args(argv)
     run_dir = find_run(args.run, args.root)
+    path = os.path.join(run_dir, "plan.json")
     try:
-        with open(os.path.join(run_dir, "plan.json"), encoding="utf-8") as f:
+        with open(path, encoding="utf-8") as f:
             plan = json.load(f)
         logdir = _local_logdir(plan["storage"]["url"])
         primary = next(t for t in plan["tasks"] if t["type"] in ("chief", "master", "worker"))
+    except FileNotFoundError:
+        raise RunError(f"{run_dir} has no plan.json: the run never started") from None
     except (OSError, ValueError, KeyError, TypeError, StopIteration) as e:
-        raise RunError(f"{run_dir} has no readable plan.json ({e!r}): the run never "
-                       "started") from None
+        raise RunError(f"{path} cannot be read ({type(e).__name__}: {e})") from None
     if "://" not in logdir and not os.path.isdir(logdir):
         raise RunError(f"model_dir {logdir} is not on this machine: run `launch tensorboard` "
                        "on a host that has it")

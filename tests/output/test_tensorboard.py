@@ -4,6 +4,7 @@ group; which TensorBoard runs; what `launch status` shows."""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -167,3 +168,23 @@ def test_a_host_not_reachable_from_here_gets_the_tunnel_command(tmp_path):
                     f"and open http://localhost:{port}/"]
     assert board.served.tunnel and board.served.url == \
         f"http://tfc-unreachable.invalid:{port}/"
+
+
+def test_launch_tensorboard_refuses_what_it_cannot_serve_in_one_line(tmp_path, runs):
+    from support import run_launch
+
+    unknown = run_launch("tensorboard", "no-such-run", env=runs, timeout=60)
+    assert unknown.returncode == 2 and unknown.stderr.startswith("launch: error: no run ")
+    never = tmp_path / "never-started"
+    never.mkdir()
+    (never / "state.json").write_text('{"version": 1}')
+    done = run_launch("tensorboard", str(never), timeout=60)
+    assert (done.returncode, done.stderr) == (
+        2, f"launch: error: {never} has no plan.json: the run never started\n")
+    (never / "plan.json").write_text(json.dumps(
+        {"storage": {"url": "/elsewhere/model"},
+         "tasks": [{"type": "chief", "command": ["python", "t.py"]}]}))
+    done = run_launch("tensorboard", str(never), timeout=60)
+    assert (done.returncode, done.stderr) == (
+        2, "launch: error: model_dir /elsewhere/model is not on this machine: run `launch "
+           "tensorboard` on a host that has it\n")
