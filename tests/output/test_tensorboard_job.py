@@ -18,6 +18,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
 from headless_chromium import dump_dom, screenshot, visible_text
 from support import (
@@ -30,7 +31,8 @@ from support import (
     run_launch,
 )
 
-pytestmark = pytest.mark.tf
+# one worker runs the module (its tests share one Estimator run)
+pytestmark = [pytest.mark.tf, pytest.mark.xdist_group("tensorboard_job")]
 URL_LINE = re.compile(r"TensorBoard: (http://\S+)")
 
 
@@ -80,8 +82,17 @@ def listening(port: int) -> bool:
         return False
 
 
-def tensorboards() -> list:
-    return [p for p in marked_processes() if "tensorboard" in " ".join(p.cmdline())]
+def tensorboards(logdir: Path) -> list:
+    """This session's TensorBoards of ``logdir`` still running."""
+    found = []
+    for p in marked_processes():
+        try:
+            argv = p.cmdline()
+        except psutil.Error:
+            continue
+        if "tensorboard" in " ".join(argv) and str(logdir) in argv:
+            found.append(p)
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +125,7 @@ def served_run(tmp_path_factory):
     finally:
         code = run.interrupt()
     return {"url": url, "tags": tags, "status": status.stdout, "exit": code,
-            "run_dir": run_dir, "lines": run.lines}
+            "run_dir": run_dir, "lines": run.lines, "model_dir": tmp / "model"}
 
 
 def test_tensorboard_lists_the_loss_while_the_job_runs_and_ends_with_it(served_run):
@@ -124,7 +135,7 @@ def test_tensorboard_lists_the_loss_while_the_job_runs_and_ends_with_it(served_r
     assert "loss" in served_run["tags"]["."], served_run["tags"]     # the chief's events
     assert f"tensorboard: {url}" in served_run["status"].splitlines()
     assert served_run["exit"] == 130, "\n".join(served_run["lines"][-20:])
-    assert not listening(port) and tensorboards() == []
+    assert not listening(port) and tensorboards(served_run["model_dir"]) == []
     state = json.loads((served_run["run_dir"] / "state.json").read_text())
     assert state["tensorboard"]["state"] == "ended"
     assert "TensorBoard" in (served_run["run_dir"] / "logs" / "tensorboard.log").read_text()
@@ -140,7 +151,7 @@ def test_launch_tensorboard_serves_the_finished_run_seen_in_chromium(served_run)
     assert "TensorBoard" in seen and "Run" in seen
     assert "eval" in seen                   # the evaluator's run, in the runs table
     assert "loss" in seen                   # the loss chart's heading
-    assert tensorboards() == []
+    assert tensorboards(served_run["model_dir"]) == []
 
 
 def test_the_report_page_in_chromium(served_run):
@@ -187,7 +198,7 @@ def test_a_detached_run_keeps_its_tensorboard_until_cancelled(tmp_path, runs):
         cancel = run_launch("cancel", run_id, env=runs, timeout=180)
         assert cancel.returncode == 0, cancel.stderr
     port = int(url.rsplit(":", 1)[1].strip("/"))
-    assert not listening(port) and tensorboards() == []
+    assert not listening(port) and tensorboards(tmp_path / "model") == []
     after = run_launch("status", run_id, env=runs, timeout=60).stdout
     assert f"tensorboard: ended with the run; `launch tensorboard {run_id}` serves the run" \
         in after
