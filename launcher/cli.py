@@ -10,6 +10,7 @@ import argparse
 import importlib
 import signal
 import sys
+import threading
 
 from launcher import __version__
 from launcher.api import LaunchOptions
@@ -120,11 +121,27 @@ def _terminate(signum, _frame):
     raise Terminated(signum)
 
 
+def _thread_failed(args: threading.ExceptHookArgs) -> None:
+    """A launcher thread's own failure (an output pump, a monitor's probe): one line, its
+    traceback saved, never a traceback on the console."""
+    from launcher.crash import crash_line, save_traceback
+
+    if args.exc_value is None or isinstance(args.exc_value, SystemExit):
+        return
+    name = args.thread.name if args.thread is not None else "a thread"
+    line = crash_line(args.exc_value, save_traceback(args.exc_value))
+    try:
+        print(f"launch: {name}: {line}", file=sys.stderr)
+    except (OSError, ValueError):
+        pass
+
+
 def _guard(fn) -> int:
     # Until the job loop installs its own handlers, SIGTERM (and SIGHUP unless ignored:
     # launcher/signals.py) unwinds like Ctrl-C does, so cleanups (probes, allocations,
     # connections) run.
     catch(_terminate, (signal.SIGTERM, signal.SIGHUP))
+    threading.excepthook = _thread_failed
     try:
         try:
             return fn()

@@ -132,3 +132,27 @@ def test_the_cli_turns_any_launcher_bug_into_one_line(tmp_path, capsys, monkeypa
                         r"KeyError: 'a bug before the job' at test_launcher_failures.py:\d+; "
                         f"full traceback in {re.escape(str(saved))}; please report it", err[0])
     assert "KeyError: 'a bug before the job'" in saved.read_text()
+
+
+def test_a_launcher_thread_that_fails_is_one_line(tmp_path, capsys, monkeypatch):
+    """An exception in one of the launcher's own threads (an output pump, a probe) is one
+    line with its traceback saved, as launch's own failures are."""
+    import threading
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(threading, "excepthook", threading.excepthook)
+
+    def run():
+        def broken():
+            raise ValueError("a bug in a thread")
+        thread = threading.Thread(target=broken, name="pump-worker:0")
+        thread.start()
+        thread.join()
+        return 0
+    assert cli._guard(run) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    saved = next(tmp_path.glob("tfcluster-launcher-error-*.txt"))
+    assert len(err) == 1 and err[0].startswith(
+        "launch: pump-worker:0: launcher error (a bug in tfcluster, not in the job): "
+        "ValueError: a bug in a thread at test_launcher_failures.py:")
+    assert "Traceback" in saved.read_text() and "Traceback" not in err[0]

@@ -180,3 +180,33 @@ def test_ctrl_c_while_the_allocation_is_pending_cancels_it(tmp_path, slurm_env, 
     finally:
         slurm_cluster.run("scancel", held, check=False)
     assert released(slurm_cluster)
+
+
+def test_a_step_whose_exec_fails_is_one_line_from_slurmstepd(tmp_path, slurm_env,
+                                                             slurm_cluster):
+    """The program lost its #! line between the check and the start: slurmstepd's words
+    (through srun) become one line naming the task, the command and the node (issue 21)."""
+    from launcher import api
+
+    program = tmp_path / "train"
+    program.write_text("echo no shebang\n")
+    program.chmod(0o755)
+    doc = json.loads(write_spec(tmp_path, evaluator=None, command=[str(program), "-v"],
+                                cluster={"chief": ["a"]}).read_text())
+    spec, backend = api.prepare(doc)
+    try:
+        backend.prepare()
+        plan = api.make_plan(spec, backend, None)
+        handle = backend.start(plan.task("chief"))
+        output = b"".join(iter(handle.output.readline, b""))
+        deadline = time.monotonic() + 60
+        while handle.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        handle.output.close()
+        assert handle.poll() not in (None, 0), output
+        assert handle.start_failure == f"chief:0: cannot start {program} -v on " \
+            f"{plan.task('chief').host}: no #! line and not a binary (exec format error)", \
+            output
+    finally:
+        backend.close()
+    assert released(slurm_cluster)
