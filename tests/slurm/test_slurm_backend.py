@@ -192,7 +192,8 @@ def test_a_step_whose_exec_fails_is_one_line_from_slurmstepd(tmp_path, slurm_env
     program.write_text("echo no shebang\n")
     program.chmod(0o755)
     doc = json.loads(write_spec(tmp_path, evaluator=None, command=[str(program), "-v"],
-                                cluster={"chief": ["a"]}).read_text())
+                                cluster={"chief": ["a"]},
+                                resources={"default": {"cpus": 1}}).read_text())
     spec, backend = api.prepare(doc)
     try:
         backend.prepare()
