@@ -63,6 +63,13 @@ INDEX_LABELS = {"tfjob": "training.kubeflow.org/replica-index",
 INDEX_ENV = "TFCLUSTER_INDEX"
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 POLL_EVERY = 1.0                  # seconds between `kubectl get pods` calls
+# The API server stores an object in etcd, whose requests are limited to 1.5 MiB by default
+# (--max-request-bytes): a larger object is refused. A JobSet's pod templates carry the
+# whole cluster's addresses once per role (1,000 workers + 50 ps: about 0.5 MB).
+MAX_OBJECT_BYTES = 1_572_864
+# kubectl's client-side apply keeps a copy of the object in an annotation, and annotations
+# are limited to 256 KiB: a larger object is applied server-side.
+LAST_APPLIED_BYTES = 262_144
 
 
 def _no_spaces(value: str, where: str) -> str:
@@ -193,15 +200,25 @@ class KubernetesBackend(Backend):
 
     # ------------------------------------------------------------------ rendering
     def objects(self, plan: JobPlan, redact: bool = True) -> list[dict]:
-        """The Kubernetes objects of the job, as plain data."""
+        """The Kubernetes objects of the job, as plain data; PreflightError when one is
+        larger than the API server takes (``MAX_OBJECT_BYTES``)."""
         if self.options.mode == "tfjob":
-            return [self._tfjob(plan, redact)]
-        if self.options.mode == "jobset":
-            return [self._jobset(plan, redact)]
-        out: list[dict] = []
-        for role in self.roles():
-            out.append(self._service(role))
-            out.append(self._indexed_job(plan, role, redact))
+            out = [self._tfjob(plan, redact)]
+        elif self.options.mode == "jobset":
+            out = [self._jobset(plan, redact)]
+        else:
+            out = []
+            for role in self.roles():
+                out.append(self._service(role))
+                out.append(self._indexed_job(plan, role, redact))
+        for obj in out:
+            size = object_bytes(obj)
+            if size > MAX_OBJECT_BYTES:
+                raise PreflightError(
+                    f"the {obj['kind']} {obj['metadata']['name']} is {size / 2**20:.1f} MiB, "
+                    f"above the {MAX_OBJECT_BYTES / 2**20:.1f} MiB the API server stores (etcd's "
+                    f"request limit); {len(plan.tasks)} tasks are too many for one object: "
+                    "split the job, or use kubernetes.mode \"plain\" (one Job per role)")
         return out
 
     def describe(self, plan: JobPlan) -> str:
@@ -440,8 +457,10 @@ class KubernetesBackend(Backend):
             return
         if self.plan is None:
             raise RuntimeError("Kubernetes backend: apply before preflight()")
-        done = self.kubectl("apply", "-f", "-",
-                            stdin=render_yaml(self.objects(self.plan, redact=False)))
+        objects = self.objects(self.plan, redact=False)
+        large = any(object_bytes(o) > LAST_APPLIED_BYTES for o in objects)
+        done = self.kubectl("apply", *(["--server-side"] if large else []), "-f", "-",
+                            stdin=render_yaml(objects))
         if done.returncode != 0:
             raise PreflightError(f"kubectl apply failed: {done.stderr.strip()}")
         self.applied = True
@@ -670,6 +689,11 @@ def delete_run(handle: dict, wait: float = 120.0) -> None:
                                           f"{LABEL}/run={handle['run']}",
                                           f"--timeout={int(wait)}s"],
                    capture_output=True, text=True, timeout=wait + 30)
+
+
+def object_bytes(obj: dict) -> int:
+    """The object's size as the API server gets it (compact JSON)."""
+    return len(json.dumps(obj, separators=(",", ":")).encode())
 
 
 def render_yaml(objects: list[dict]) -> str:

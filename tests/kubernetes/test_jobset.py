@@ -205,3 +205,43 @@ def test_attached_jobset_with_restart_rules_asks_for_detach(tmp_path, fake_kubec
     assert done.returncode == 2
     assert "carried out by JobSet itself: run the job with --detach" in done.stderr
     assert not (state / "applied.yaml").exists()
+
+
+def big_jobset(tmp_path: Path, workers: int, ps: int) -> tuple[dict, int]:
+    """The JobSet of ``workers`` workers and ``ps`` ps as launch applies it, and its size."""
+    from launcher import api
+    from launcher.backends.kubernetes import object_bytes
+
+    spec, backend = api.prepare(str(write_spec(
+        tmp_path, "jobset", cluster={"chief": 1, "worker": workers, "ps": ps})))
+    (jobset,) = backend.objects(api.make_plan(spec, backend, None), redact=False)
+    return jobset, object_bytes(jobset)
+
+
+def test_a_jobset_of_1000_workers_and_50_ps_fits_and_each_pod_gets_its_tf_config(tmp_path):
+    from launcher.backends.kubernetes import LAST_APPLIED_BYTES, MAX_OBJECT_BYTES
+
+    jobset, size = big_jobset(tmp_path, 1000, 50)
+    assert LAST_APPLIED_BYTES < size < MAX_OBJECT_BYTES    # applied server-side
+    errors = [e.message for e in jobset_validator().iter_errors(jobset)]
+    assert not errors, errors[:3]
+    pods = jobset_pods(jobset)
+    assert len(pods) == 1 + 1000 + 50 + 1
+    for pod in pods:
+        cfg = json.loads(pod["env"]["TF_CONFIG"])
+        assert cfg["task"] == {"type": pod["role"], "index": pod["index"]}
+        assert (len(cfg["cluster"]["worker"]), len(cfg["cluster"]["ps"])) == (1000, 50)
+        if pod["role"] != "evaluator":
+            assert cfg["cluster"][pod["role"]][pod["index"]] == f"{pod['dns']}:2222"
+
+
+def test_a_jobset_above_the_api_servers_object_limit_is_one_clear_error(tmp_path,
+                                                                        monkeypatch):
+    from launcher.backends import kubernetes
+    from launcher.errors import PreflightError
+
+    _, size = big_jobset(tmp_path, 200, 10)
+    monkeypatch.setattr(kubernetes, "MAX_OBJECT_BYTES", size - 1)
+    with pytest.raises(PreflightError, match=r"^the JobSet ctr-train is 0\.\d MiB, above the "
+                       r"0\.\d MiB the API server stores .*212 tasks are too many"):
+        big_jobset(tmp_path, 200, 10)
