@@ -204,7 +204,8 @@ time.sleep(3600)
 def monitors(sizes: list[int], turns: int = 200) -> None:
     """One loop turn's monitor CPU with N running tasks whose TF servers answer."""
     sys.path[:0] = [str(REPO)]
-    from launcher.monitors.coordinator import CoordinatorMonitor, tick_every
+    from launcher.monitors import tick_every
+    from launcher.monitors.coordinator import CoordinatorMonitor
     from launcher.monitors.liveness import GrpcProber, LivenessMonitor
     from launcher.output.console import Console
     from orchestrator.coordinator import Coordinator

@@ -38,6 +38,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from orchestrator.decisions import TaskState
+from orchestrator.roles import names_text
 
 TRAINERS = ("chief", "master", "worker")
 EVAL_QUIET = 30.0         # s of silence after its final evaluation: the evaluator is idle
@@ -230,4 +231,4 @@ def _names(tasks: list[TaskState]) -> tuple[str, ...]:
 
 
 def _names_text(tasks: list[TaskState]) -> str:
-    return ", ".join(t.name for t in tasks)
+    return names_text([t.name for t in tasks])

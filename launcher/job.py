@@ -49,6 +49,7 @@ from launcher.crash import crash_line, save_traceback
 from launcher.ending import JobResult, TrainingView, end_step, own_evaluations
 from launcher.errors import UsageError
 from launcher.events import EventLog
+from launcher.monitors import TURN, tick_every
 from launcher.output.console import Console
 from launcher.plan import JobPlan
 from launcher.restarts import RestartBook
@@ -57,7 +58,7 @@ from launcher.tasks import TaskRun, Tasks
 from launcher.tracebacks import Excerpt, describe, tail_box
 from launcher.unwritten import Unwritten
 from orchestrator.decisions import CLUSTER, FAIL, FINISH, IGNORE, LOST, Decision, TaskState
-from orchestrator.roles import TRAINERS
+from orchestrator.roles import TRAINERS, names_text, role_counts
 
 if TYPE_CHECKING:
     from launcher.monitors import Monitor, Readiness, Watch
@@ -116,6 +117,7 @@ class Job:
         self.restarts = RestartBook(dict(plan.restart), synchronous=plan.synchronous)
         self.due: dict[str, float] = {}     # task name -> when its restart is due
         self.readiness = readiness
+        self.tick_every = tick_every(len(plan.tasks))   # monitors: longer with many tasks
 
     def _events_unwritten(self, error: OSError) -> None:
         self.unwritten.failed("events.jsonl", error)
@@ -177,19 +179,20 @@ class Job:
 
     def _run(self) -> JobResult:
         self.events.write("job_started", run_id=self.plan.run_id, tasks=len(self.tasks.runs))
-        for run in self.tasks.runs:
-            if self.interrupted:
-                break
-            self.tasks.start(run)
-            if run.handle is not None and run.handle.start_failure:
-                raise StartFailed(run.handle.start_failure)
-        self.console.info(f"started {len(self.tasks.runs)} tasks; logs in {self.run_dir}/logs")
+        self.tasks.start_all(self.tasks.runs, stop=lambda: bool(self.interrupted),
+                             after=self._refused_at_start)
+        announced = False
         if self.watch is not None:
             watch = self.watch()
             self.monitors += watch.monitors
             self.readiness = self.readiness or watch.readiness
             self.training = self.training or watch.training
+        ticked = -float("inf")
         while True:
+            self.tasks.check_starts()
+            if not announced and not self.tasks.starting:
+                announced = True
+                self._announce()
             if self.interrupted:
                 name = signal.Signals(self.interrupted).name
                 return self._finish(128 + self.interrupted, f"interrupted by {name}")
@@ -201,8 +204,12 @@ class Job:
                     failure = f"training finished, but the evaluator failed: {failure}"
                 if failure:
                     return self._fail(run, failure)
-            for monitor in self.monitors:
-                decision = monitor.tick(self.snapshot())
+            tick = self.tick_every <= TURN or self.clock() - ticked >= self.tick_every
+            tasks = self.snapshot() if tick else None      # one snapshot for every monitor
+            if tick:
+                ticked = self.clock()
+            for monitor in self.monitors if tasks is not None else ():
+                decision = monitor.tick(tasks)
                 if decision is None:
                     continue
                 if decision.action == FAIL:
@@ -221,14 +228,29 @@ class Job:
                 self.training_done_at = self.clock()
                 others = [r.name for r in self.tasks.live()]
                 self.console.info(f"{primary.name} finished" + (
-                    f"; waiting for {', '.join(others)} to end" if others else ""))
+                    f"; waiting for {names_text(others)} to end" if others else ""))
             if self.training_done_at is not None and self._ended_well():
                 return self._finish(0, "training finished and every task ended")
             failure = self._silent_ps()
             if failure:
                 return self._finish(1, failure)
             self._start_due()
-            self.wait(0.05)
+            self.wait(TURN)
+
+    @staticmethod
+    def _refused_at_start(run: TaskRun) -> None:
+        """After each first start: a command refused (not found, not runnable) ends the
+        job at once, one line, exit status 2."""
+        if run.handle is not None and run.handle.start_failure:
+            raise StartFailed(run.handle.start_failure)
+
+    def _announce(self) -> None:
+        """One line once every task started: how many of each role, and how long it took."""
+        runs = [r for r in self.tasks.runs if r.handle is not None]
+        of = "" if len(runs) == len(self.tasks.runs) else f" of {len(self.tasks.runs)}"
+        took = self.clock() - self.started
+        self.console.info(f"started {len(runs)}{of} tasks ({role_counts([r.name for r in runs])})"
+                          f" in {took:.1f}s; logs in {self.run_dir}/logs")
 
     def _judge_exit(self, run: TaskRun, finishing: bool) -> str | None:
         """Why this exit fails the job, or None when it is fine (or restarts it)."""
@@ -288,6 +310,7 @@ class Job:
                           attempt=verdict.attempt, delay=verdict.delay, reason=verdict.reason)
         members = [run]
         if verdict.scope == CLUSTER:
+            self.tasks.cancel_starts()      # those not started yet start with the others
             members = [r for r in self.tasks.runs if r.task.type != "evaluator"]
             self.tasks.stop([r for r in members if r.running],
                             f"restarting the cluster: {run.name}", restart=True)
@@ -330,7 +353,7 @@ class Job:
                         self.trainers_done_at, self.training_done_at,
                         estimator=self.plan.strategy == "estimator")
         if step.stop:
-            self.console.info(f"stopping {', '.join(step.stop)}: {step.reason}")
+            self.console.info(f"stopping {names_text(step.stop)}: {step.reason}")
             self.tasks.stop([r for r in self.tasks.runs if r.name in step.stop], step.reason)
             return False
         return step.done
@@ -352,7 +375,8 @@ class Job:
         """Stop every live task in order: the trainers and the evaluator first, the ps once
         they are gone (a ps stopped first leaves trainers hanging, or a checkpoint being
         written half done). Ctrl-C, SIGTERM (``launch cancel``, Slurm's warning signal),
-        ``timeouts.job`` and failures all end this way."""
+        ``timeouts.job`` and failures all end this way; starts not begun are dropped."""
+        self.tasks.cancel_starts()
         self.tasks.stop([r for r in self.tasks.live() if r.task.type != "ps"], reason)
         self.tasks.stop(self.tasks.live(), reason)
 

@@ -1,13 +1,23 @@
 """Task mechanics: start a job's task processes, pump their output, reap their exits and
 stop them (SIGTERM, then SIGKILL), as torch elastic keeps its ``PContext`` apart from the
 agent. What to do about an exit is the job loop's policy (launcher/job.py); what a task
-looks like at one moment is one snapshot type, ``orchestrator.decisions.TaskState``."""
+looks like at one moment is one snapshot type, ``orchestrator.decisions.TaskState``.
+
+Starting hundreds of tasks takes seconds, so a backend may start them off the job loop's
+thread (``Backend.start_threads``; the local backend: 4): ``start_all`` queues them, in plan
+order, to a pool of threads, and the loop reaps exits, judges failures and answers Ctrl-C
+while tasks still start; ``cancel_starts`` drops the starts not begun and waits for those
+under way before the loop stops what runs. The pool's threads live as long as the
+process: a task's parent-death signal (launcher/backends/processes.py) follows the thread
+that started it."""
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import os
+import queue
 import signal
 import threading
 import time
@@ -89,6 +99,32 @@ def restarted(task: TaskPlan, restarts: int) -> TaskPlan:
     return dataclasses.replace(task, env={**task.env, RESTART_COUNT: str(base + restarts)})
 
 
+class StartPool:
+    """Threads that start tasks for every job of this process, fed in order from one
+    queue; they never end (a task's parent-death signal follows its starting thread)."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    def submit(self, work: Callable[[], None], threads: int) -> None:
+        with self._lock:
+            while len(self._threads) < threads:
+                thread = threading.Thread(target=self._work, daemon=True,
+                                          name=f"start-{len(self._threads)}")
+                thread.start()
+                self._threads.append(thread)
+        self._queue.put(work)
+
+    def _work(self) -> None:
+        while True:
+            self._queue.get()()
+
+
+START_POOL = StartPool()
+
+
 class Tasks:
     """The processes of a plan's tasks on a backend: started, their output pumped into
     their logs and the console, their exits reaped, stopped on demand."""
@@ -113,6 +149,10 @@ class Tasks:
         self.wake = threading.Event()  # set when a task's output ends: it is likely exiting
         self._ended: list[tuple[TaskRun, int]] = []   # reaped, not yet taken: run, attempt
         self._for_restart: set[str] = set()     # being stopped for a restart
+        self._starts = threading.Condition()
+        self._queued: set[str] = set()      # tasks queued to the start pool, not begun
+        self._in_flight = 0                 # starts under way in the pool
+        self._start_errors: list[BaseException] = []
 
     # ------------------------------------------------------------------ queries
     def run_of(self, type_: str, index: int = 0) -> TaskRun | None:
@@ -143,6 +183,65 @@ class Tasks:
         self.wake.clear()
 
     # ------------------------------------------------------------------ mechanics
+    def start_all(self, runs: list[TaskRun], stop: Callable[[], bool],
+                  after: Callable[[TaskRun], None] = lambda run: None) -> None:
+        """Start ``runs`` in order, ``after(run)`` following each start: here, one after
+        another until ``stop()`` says so, when the backend starts tasks on the loop's thread
+        (``start_threads`` 0); else queued to the start pool, returning at once
+        (``starting`` counts those not started yet; ``check_starts`` raises what a start or
+        ``after`` raised)."""
+        threads = getattr(self.backend, "start_threads", 0)
+        if threads <= 0:
+            for run in runs:
+                if stop():
+                    break
+                self.start(run)
+                after(run)
+            return
+        with self._starts:
+            self._queued.update(r.name for r in runs)
+        for run in runs:
+            START_POOL.submit(functools.partial(self._start_queued, run, after), threads)
+
+    def _start_queued(self, run: TaskRun, after: Callable[[TaskRun], None]) -> None:
+        with self._starts:
+            if run.name not in self._queued:
+                return              # cancelled
+            self._queued.discard(run.name)
+            self._in_flight += 1
+        try:
+            self.start(run)
+            after(run)
+        except BaseException as e:  # noqa: BLE001 - raised on the loop's thread
+            with self._starts:
+                self._start_errors.append(e)
+        finally:
+            with self._starts:
+                self._in_flight -= 1
+                self._starts.notify_all()
+            self.wake.set()
+
+    @property
+    def starting(self) -> int:
+        """Tasks queued to the start pool and not started yet."""
+        with self._starts:
+            return len(self._queued) + self._in_flight
+
+    def check_starts(self) -> None:
+        """On the loop's thread: raise the first error a pooled start met, as a start on
+        the loop's thread would have."""
+        with self._starts:
+            if self._start_errors:
+                raise self._start_errors.pop(0)
+
+    def cancel_starts(self) -> None:
+        """Drop the queued starts not begun; wait for those under way, so that whatever
+        started can be stopped."""
+        with self._starts:
+            self._queued.clear()
+            while self._in_flight:
+                self._starts.wait(0.1)
+
     def start(self, run: TaskRun) -> None:
         """Start the task (again, after a restart: its log is appended to). A command that
         was refused (``handle.start_failure``) is in its log, and ends as an exit."""
@@ -151,9 +250,9 @@ class Tasks:
             run.pump.join(timeout=2)
         handle = self.backend.start(restarted(run.task, run.restarts))
         log = self._open_log(run)
-        run.handle = handle
         run.started, run.ended, run.status, run.stopped = self.clock(), None, None, False
         run.last_output = None
+        run.handle = handle         # last: the loop (another thread) sees it running now
         self.events.write("task_started", task=run.name, address=run.task.address,
                           pid=handle.pid, restarts=run.restarts)
         if handle.start_failure:

@@ -35,7 +35,7 @@ from orchestrator.checkpoints import Checkpoint, CheckpointReader
 from orchestrator.decisions import FAIL, FINISH, LOST, Decision, TaskState
 from orchestrator.evaluated import EvaluationFollower
 from orchestrator.metrics_file import METRICS_FILE
-from orchestrator.roles import TRAINERS
+from orchestrator.roles import TRAINERS, names_text
 from orchestrator.step_series import StepSeries
 from orchestrator.tfformats import EVENTS_PREFIX, event_steps
 
@@ -399,4 +399,4 @@ def _newest(*steps: int | None) -> int | None:
 
 
 def _names(tasks: list[TaskState]) -> str:
-    return ", ".join(t.name for t in tasks)
+    return names_text([t.name for t in tasks])

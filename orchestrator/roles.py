@@ -33,3 +33,25 @@ def trainer_jobs(strategy: str) -> tuple[str, ...]:
     """The jobs that read training data, in shard order. Under ParameterServerStrategy the
     chief only coordinates: the workers alone read."""
     return ("worker",) if strategy == "parameter_server" else TRAINERS
+
+
+NAMES_SHOWN = 6     # task names listed in a line; more are counted per role
+
+
+def role_counts(names: Sequence[str]) -> str:
+    """'chief 1, worker 1000, ps 50': how many tasks ("role:index") of each role, in the
+    order the roles first appear."""
+    counts: dict[str, int] = {}
+    for name in names:
+        role = name.split(":")[0]
+        counts[role] = counts.get(role, 0) + 1
+    return ", ".join(f"{role} {n}" for role, n in counts.items())
+
+
+def names_text(names: Sequence[str]) -> str:
+    """Task names for a line of text: all of them up to NAMES_SHOWN, else the first ones,
+    how many more and how many of each role ("worker:0, ..., and 994 more (worker 1000)")."""
+    if len(names) <= NAMES_SHOWN:
+        return ", ".join(names)
+    return (f"{', '.join(names[:NAMES_SHOWN])} and {len(names) - NAMES_SHOWN} more "
+            f"({role_counts(names)})")

@@ -128,6 +128,9 @@ class Backend(ABC):
     # The spec section named like the backend: a dataclass of options declared with
     # launcher.backends.options.option (None: the backend takes no options).
     OPTIONS: ClassVar[type | None] = None
+    # Threads that start tasks off the job loop's thread (launcher/tasks.py); 0: one after
+    # another on the loop's thread (``start`` need not be thread-safe).
+    start_threads: ClassVar[int] = 0
     # Every task is a process of this machine (it sees the launcher's filesystem).
     local_processes: ClassVar[bool] = False
     # The launcher can reach the tasks' addresses (their TF servers' gRPC): readiness and

@@ -11,6 +11,7 @@ import dataclasses
 import re
 import socket
 import subprocess
+import threading
 from collections.abc import Iterable
 from typing import Any
 
@@ -67,6 +68,7 @@ class LocalBackend(Backend):
 
     name = "local"
     local_processes = True
+    start_threads = 4           # tasks start off the job loop's thread (launcher/tasks.py)
     places_gpus = True
     serves_beside_tasks = True
 
@@ -75,6 +77,7 @@ class LocalBackend(Backend):
         self._hosts: tuple[tuple[str, int, Address], ...] = ()   # checked by preflight
         self._ports: set[int] = set()
         self._watchdog: Watchdog | None = None
+        self._lock = threading.Lock()       # start() runs in several threads
 
     def accept(self, reservation: Reservation) -> None:
         if not self.remap:
@@ -111,8 +114,9 @@ class LocalBackend(Backend):
         return ProbeResult(done.returncode, done.stdout.decode(errors="replace"))
 
     def start(self, task: TaskPlan) -> TaskHandle:
-        if self._watchdog is None:
-            self._watchdog = Watchdog()
+        with self._lock:
+            if self._watchdog is None:
+                self._watchdog = Watchdog()
         env = task_environ(task)
         try:
             proc = subprocess.Popen(

@@ -13,6 +13,16 @@ if TYPE_CHECKING:
     from launcher.ending import TrainingView
     from orchestrator.decisions import Decision, TaskState
 
+TURN = 0.05              # seconds between the job loop's turns
+TICK_COST = 1e-5         # seconds of a monitor's tick per task (measured: bench/scale.py)
+
+
+def tick_every(tasks: int) -> float:
+    """Seconds between the job loop's monitor ticks: every turn up to 250 tasks; then
+    longer, so that ticks whose work is O(N) stay about 0.2 % of a core (every 0.2 s at
+    N = 1,000)."""
+    return max(TURN, tasks * TICK_COST / 0.05)
+
 
 class Monitor(Protocol):
     """Watches the job. ``tick`` gets a snapshot of the tasks on every loop turn, must not

@@ -31,18 +31,11 @@ from orchestrator.coordinator import Coordinator, Progress
 from orchestrator.decisions import FINISH, Decision, TaskState
 from orchestrator.roles import PRIMARY_ORDER, TRAINERS
 
-TURN = 0.05              # seconds between the job loop's turns
-TICK_COST = 1e-5         # seconds of a monitor's tick per task (measured: bench/scale.py)
 PROGRESS_EVERY = 5.0     # seconds between progress lines while something changes
 PROGRESS_QUIET = 30.0    # ... and while nothing does
 COUNTDOWN = re.compile(r"at most \S+ more")   # a bound counting down is no change
 
 
-def tick_every(tasks: int) -> float:
-    """Seconds between the job loop's monitor ticks: every turn up to 250 tasks; then
-    longer, so that ticks whose work is O(N) keep under ~0.2 % of a core (0.2 s at
-    N = 1,000)."""
-    return max(TURN, tasks * TICK_COST / 0.05)
 
 
 class CoordinatorMonitor:

@@ -86,9 +86,3 @@ def grouped_table(rows: list[Row], every_row: str,
         lines += ["outliers:", rows_table(named, header), *more]
     lines.append(f"every task's row: {every_row}")
     return "\n".join(lines)
-
-
-def role_counts(names: list[str]) -> str:
-    """'chief 1, worker 1000, ps 50': how many tasks of each role, in order."""
-    counts = collections.Counter(n.split(":")[0] for n in names)
-    return ", ".join(f"{role} {n}" for role, n in counts.items())
