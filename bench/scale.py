@@ -143,7 +143,7 @@ import json, resource, sys, time, tempfile
 from pathlib import Path
 sys.path[:0] = [sys.argv[2] + "/tests"]
 from scripted_backend import Script, ScriptedBackend, run_job, scripted_registered
-import launcher.job as job_module
+from launcher.tasks import Tasks
 
 n = int(sys.argv[1])
 ps = max(1, n // 10)
@@ -151,12 +151,12 @@ scripts = {"chief:0": [Script(exit_at=600)], **{f"worker:{i}": [Script(exit_at=6
                                                 for i in range(n)}}
 backend = ScriptedBackend(scripts)
 starts_cpu = [0.0]
-original_start = job_module.Job.start_task
-def start_task(self, run):
+original_start = Tasks.start
+def start(self, run):
     c0 = time.process_time()
     original_start(self, run)
     starts_cpu[0] += time.process_time() - c0
-job_module.Job.start_task = start_task
+Tasks.start = start
 with tempfile.TemporaryDirectory() as tmp, scripted_registered():
     c0 = time.process_time()
     result, _ = run_job({"cluster": {"chief": 1, "worker": n, "ps": ps}}, backend, Path(tmp))

@@ -204,7 +204,8 @@ class Job:
                     failure = f"training finished, but the evaluator failed: {failure}"
                 if failure:
                     return self._fail(run, failure)
-            tick = self.tick_every <= TURN or self.clock() - ticked >= self.tick_every
+            tick = bool(self.monitors) and (self.tick_every <= TURN or
+                                            self.clock() - ticked >= self.tick_every)
             tasks = self.snapshot() if tick else None      # one snapshot for every monitor
             if tick:
                 ticked = self.clock()
@@ -326,6 +327,8 @@ class Job:
         now = self.clock()
         if self.training_done_at is not None:   # trainers lost after the end stay down
             self.due = {n: t for n, t in self.due.items() if n.startswith("evaluator")}
+        if not any(t <= now for t in self.due.values()):
+            return
         for run in self.tasks.runs:
             if run.name in self.due and self.due[run.name] <= now and not self.interrupted:
                 del self.due[run.name]

@@ -33,7 +33,7 @@ from launcher.output.task_output import pump
 from launcher.plan import TaskPlan
 from launcher.tracebacks import last_exception
 from launcher.unwritten import Unwritten
-from orchestrator.decisions import TaskState
+from orchestrator.decisions import TaskState, state_words
 from orchestrator.roles import PRIMARY_ORDER
 
 TAIL_LINES = 20
@@ -78,16 +78,18 @@ class TaskRun:
         ended = self.status is not None and not restarting
         quiet_since = self.last_output if self.last_output is not None else \
             self.started if self.started is not None else now
-        state = TaskState(self.name, self.task.type, self.task.address, alive=not ended,
-                          stopped=self.stopped, restarts=self.restarts,
-                          started_at=self.started, restarting=restarting,
-                          running=self.running, status=self.status, ended_at=self.ended,
-                          quiet_for=now - quiet_since,
-                          last_line=self.tail[-1] if self.tail else "",
-                          duration=self.duration(now), log=self.log_path,
-                          pid=self.handle.pid if self.handle is not None else None,
-                          gpus=self.task.gpus, evaluated=self.evaluated)
-        return dataclasses.replace(state, exit_status=state.words() if ended else None)
+        running = self.running
+        return TaskState(self.name, self.task.type, self.task.address, alive=not ended,
+                         exit_status=state_words(self.status, running, self.stopped)
+                         if ended else None,
+                         stopped=self.stopped, restarts=self.restarts,
+                         started_at=self.started, restarting=restarting,
+                         running=running, status=self.status, ended_at=self.ended,
+                         quiet_for=now - quiet_since,
+                         last_line=self.tail[-1] if self.tail else "",
+                         duration=self.duration(now), log=self.log_path,
+                         pid=self.handle.pid if self.handle is not None else None,
+                         gpus=self.task.gpus, evaluated=self.evaluated)
 
 
 def restarted(task: TaskPlan, restarts: int) -> TaskPlan:

@@ -62,14 +62,19 @@ class TaskState:
     evaluated: int | None = None   # the newest evaluation its own output announced
 
     def words(self) -> str:
-        """Its state in words: "not started", "running", the exit status, or the signal
-        that ended it ("stopped (SIGTERM)" when the launcher stopped it, else "killed")."""
-        if self.status is None:
-            return "running" if self.running else "not started"
-        if self.status < 0:
-            try:
-                signame = signal.Signals(-self.status).name
-            except ValueError:
-                signame = f"signal {-self.status}"
-            return f"stopped ({signame})" if self.stopped else f"killed ({signame})"
-        return str(self.status)
+        """Its state in words (``state_words``)."""
+        return state_words(self.status, self.running, self.stopped)
+
+
+def state_words(status: int | None, running: bool, stopped: bool) -> str:
+    """A task's state in words: "not started", "running", the exit status, or the signal
+    that ended it ("stopped (SIGTERM)" when the launcher stopped it, else "killed")."""
+    if status is None:
+        return "running" if running else "not started"
+    if status < 0:
+        try:
+            signame = signal.Signals(-status).name
+        except ValueError:
+            signame = f"signal {-status}"
+        return f"stopped ({signame})" if stopped else f"killed ({signame})"
+    return str(status)

@@ -217,7 +217,7 @@ class LosesPsOnce:
         from orchestrator.decisions import LOST, Decision
 
         (ps,) = [t for t in tasks if t.name == "ps:0"]
-        if not self.reported and ps.alive and time.monotonic() - ps.started_at > 0.5:
+        if not self.reported and ps.running and time.monotonic() - ps.started_at > 0.5:
             self.reported = True
             return Decision(LOST, "ps:0 does not answer", ("ps:0",))
         return None
