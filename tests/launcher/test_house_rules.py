@@ -96,7 +96,7 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("launcher.errors", "launcher.plan", "orchestrator.roles")),
     "launcher.ending": (
         "how a job ends once training is done, a pure function; `JobResult`",
-        ("orchestrator.decisions",)),
+        ("orchestrator.decisions", "orchestrator.roles")),
     "launcher.output": (
         "console, live view, progress line, closing lines, summary and task rows, metrics "
         "table, report",
