@@ -14,6 +14,15 @@ import dataclasses
 import os
 from typing import Any, Callable
 
+from launcher.checks import (
+    check_keys,
+    expect_argv,
+    expect_bool,
+    expect_dict,
+    expect_int,
+    expect_number,
+    expect_str,
+)
 from launcher.errors import SpecError
 
 KINDS = ("str", "word", "path", "int", "number", "bool", "choice", "args", "map", "names")
@@ -46,8 +55,6 @@ def keys(options_type: type) -> tuple[str, ...]:
 
 def parse(options_type: type, raw: Any, where: str) -> Any:
     """An ``options_type`` from a spec section; SpecError naming the field otherwise."""
-    from launcher.checks import check_keys, expect_dict
-
     section = expect_dict(raw if raw is not None else {}, where)
     check_keys(section, keys(options_type), where)
     values = {}
@@ -61,8 +68,6 @@ def parse(options_type: type, raw: Any, where: str) -> Any:
 
 
 def _one_line(value: Any, where: str) -> str:
-    from launcher.checks import expect_str
-
     text = expect_str(value, where)
     if "\n" in text or "\x00" in text:
         raise SpecError(where, "must be one line")
@@ -70,51 +75,68 @@ def _one_line(value: Any, where: str) -> str:
 
 
 def _value(meta: dict, value: Any, where: str) -> Any:
-    from launcher.checks import expect_argv, expect_bool, expect_dict, expect_int, expect_number
+    """``value`` checked and converted as its option's kind says (``_KINDS``)."""
+    return _KINDS[meta["kind"]](meta, value, where)
 
-    kind = meta["kind"]
+
+def _word(meta: dict, value: Any, where: str) -> str:
+    text = _one_line(value, where)
+    if text.startswith("-") or any(c.isspace() for c in text):
+        raise SpecError(where, f"{text!r} must be one word that does not start with '-'")
+    return text
+
+
+def _int(meta: dict, value: Any, where: str) -> int:
     low, high = meta["minimum"], meta["maximum"]
-    if kind == "str":
-        return _one_line(value, where)
-    if kind == "path":
-        return os.path.expanduser(_one_line(value, where))
-    if kind == "word":
-        text = _one_line(value, where)
-        if text.startswith("-") or any(c.isspace() for c in text):
-            raise SpecError(where, f"{text!r} must be one word that does not start with '-'")
-        return text
-    if kind == "int":
-        number = expect_int(value, where, minimum=int(low if low is not None else 1))
-        if high is not None and number > high:
-            raise SpecError(where, f"must be at most {high:g}, got {number}")
-        return number
-    if kind == "number":
-        return expect_number(value, where, minimum=low if low is not None else 0.0)
-    if kind == "bool":
-        return expect_bool(value, where)
-    if kind == "choice":
-        if not any(value is c or (type(value) is type(c) and value == c)
-                   for c in meta["choices"]):
-            allowed = ", ".join(_shown(c) for c in meta["choices"])
-            raise SpecError(where, f"{meta['message'] or f'must be one of {allowed}'}, "
-                                   f"got {value!r}")
-        return value
-    if kind == "args":
-        args = expect_argv(value, where)
-        for i, arg in enumerate(args):
-            if not arg.startswith("-"):
-                raise SpecError(f"{where}[{i}]", f"{arg!r} is not an option: write each as "
-                                                 "--name=value")
-        return args
-    if kind == "map":
-        given = expect_dict(value, where)
-        return {k: _one_line(v, f"{where}.{k}") if not isinstance(v, (bool, int)) else v
-                for k, v in given.items()}
-    if kind == "names":
-        if not isinstance(value, list):
-            raise SpecError(where, "must be a list of names")
-        return [_value({**meta, "kind": "word"}, v, f"{where}[{i}]") for i, v in enumerate(value)]
-    raise AssertionError(kind)
+    number = expect_int(value, where, minimum=int(low if low is not None else 1))
+    if high is not None and number > high:
+        raise SpecError(where, f"must be at most {high:g}, got {number}")
+    return number
+
+
+def _choice(meta: dict, value: Any, where: str) -> Any:
+    if not any(value is c or (type(value) is type(c) and value == c) for c in meta["choices"]):
+        allowed = ", ".join(_shown(c) for c in meta["choices"])
+        raise SpecError(where, f"{meta['message'] or f'must be one of {allowed}'}, "
+                               f"got {value!r}")
+    return value
+
+
+def _args(meta: dict, value: Any, where: str) -> list[str]:
+    args = expect_argv(value, where)
+    for i, arg in enumerate(args):
+        if not arg.startswith("-"):
+            raise SpecError(f"{where}[{i}]", f"{arg!r} is not an option: write each as "
+                                             "--name=value")
+    return args
+
+
+def _map(meta: dict, value: Any, where: str) -> dict[str, Any]:
+    given = expect_dict(value, where)
+    return {k: _one_line(v, f"{where}.{k}") if not isinstance(v, (bool, int)) else v
+            for k, v in given.items()}
+
+
+def _names(meta: dict, value: Any, where: str) -> list[str]:
+    if not isinstance(value, list):
+        raise SpecError(where, "must be a list of names")
+    return [_word(meta, v, f"{where}[{i}]") for i, v in enumerate(value)]
+
+
+# How each kind of option is checked: the value as given, where it is (for the error).
+_KINDS: dict[str, Callable[[dict, Any, str], Any]] = {
+    "str": lambda meta, value, where: _one_line(value, where),
+    "path": lambda meta, value, where: os.path.expanduser(_one_line(value, where)),
+    "word": _word,
+    "int": _int,
+    "number": lambda meta, value, where: expect_number(
+        value, where, minimum=meta["minimum"] if meta["minimum"] is not None else 0.0),
+    "bool": lambda meta, value, where: expect_bool(value, where),
+    "choice": _choice,
+    "args": _args,
+    "map": _map,
+    "names": _names,
+}
 
 
 def _shown(value: Any) -> str:
