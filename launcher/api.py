@@ -309,9 +309,9 @@ def execute(spec, backend, plan, command, args, on_running=None, console=None) -
     console = console or make_console(quiet=args.quiet, verbose=getattr(args, "verbose", False))
     leases: list = []        # model_dir's lease, once _execute took it
     try:
-        result = _execute(spec, backend, plan, command, args, run_dir,
-                          RunLog(os.path.join(run_dir, "events.jsonl"), state), state, console,
-                          leases)
+        result = _execute(Attached(spec, backend, plan, command, args, run_dir,
+                                   RunLog(os.path.join(run_dir, "events.jsonl"), state), state,
+                                   console, leases))
     except BaseException as e:
         status, reason = exit_of(e)
         requeued = status > 128 and backend.requeued()
@@ -377,10 +377,29 @@ def exit_of(e: BaseException) -> tuple[int, str]:
     return 1, f"launcher error: {e!r}"
 
 
-def _execute(spec, backend, plan, command, args, run_dir, events, state,
-             console, leases: list) -> RunResult:
+@dataclass
+class Attached:
+    """One run the launcher executes attached: what ``execute`` gathered for ``_execute``."""
+
+    spec: Any
+    backend: Any
+    plan: Any
+    command: list[str] | None
+    options: Any                # RunOptions, or launch's options
+    run_dir: str
+    events: Any                 # the run's RunLog
+    state: Any                  # its RunState (state.json)
+    console: Any
+    leases: list = field(default_factory=list)   # model_dir's lease, once taken
+
+
+def _execute(run: Attached) -> RunResult:
     """Preflight, run (new ports and again when a task lost its port to a race), then the
     closing summary; the backend is closed whatever happens."""
+    spec, backend, plan, command, args = run.spec, run.backend, run.plan, run.command, \
+        run.options
+    run_dir, events, state, console, leases = run.run_dir, run.events, run.state, \
+        run.console, run.leases
     from launcher.ending import TrainingView, own_evaluations
     from launcher.gpus import place
     from launcher.job import Job, PortConflict
