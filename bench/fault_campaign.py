@@ -104,6 +104,7 @@ def one_run(kind: str, scenario: str, rng: random.Random, workdir: Path) -> dict
                         str(tmp / "runs")], check=True)
     started = time.monotonic()
     runs = [LaunchRun(spec)]
+    notes: list[str] = []                       # what the launchers said of a record fault
     problems: list[str] = []
     faults: list[str] = []
     for target, step in plan:
@@ -113,7 +114,8 @@ def one_run(kind: str, scenario: str, rng: random.Random, workdir: Path) -> dict
         try:
             if target in RECORDS:
                 faults.append(f"{target}@{runs[-1].top_step()}")
-                problems += record_fault(target, runs[-1], tmp, spec)
+                said, notes = record_fault(target, tmp, spec)
+                problems += said
             elif target.startswith("stop-"):
                 runs[-1].freeze(target[len("stop-"):])
             else:
@@ -167,7 +169,11 @@ def one_run(kind: str, scenario: str, rng: random.Random, workdir: Path) -> dict
     if scenario != "ps-budget" and (step is None or step < MAX_STEPS):
         problems.append(f"final checkpoint {name} at step {step} < {MAX_STEPS}")
         outcome = "BAD"
-    return {"kind": kind, "scenario": scenario,
+    if scenario in RECORDS:
+        notes += [line for line in runs[-1].stderr_text().splitlines()
+                          if any(w in line for w in ("run_dir", "dropped", "lease", "disk",
+                                                     "space"))]
+    return {"kind": kind, "scenario": scenario, "notes": notes,
             "kills": [label(k) for k in kills] + faults, "outcome": outcome,
             "status": status, "final_checkpoint": name, "final_step": step,
             "resumed_s": [None if r is None else round(r, 1) for r in resumed],
@@ -176,31 +182,34 @@ def one_run(kind: str, scenario: str, rng: random.Random, workdir: Path) -> dict
             "duration_s": round(time.monotonic() - started, 1), "problems": problems}
 
 
-def record_fault(target: str, run: LaunchRun, tmp: Path, spec: Path) -> list[str]:
-    """Damage the run's records (or contend for its model_dir) now; what went wrong."""
+def record_fault(target: str, tmp: Path, spec: Path) -> tuple[list[str], list[str]]:
+    """Damage the run's records (or contend for its model_dir) now: (what went wrong,
+    what the second launch said)."""
     runs_dir = tmp / "runs"
     if target == "run-dir-full":
-        with open(runs_dir / "filler", "wb") as f:
-            try:
+        try:
+            with open(runs_dir / "filler", "wb") as f:
                 while True:
                     f.write(b"\0" * 65536)
                     f.flush()
-            except OSError:
-                pass            # the tmpfs is full to the last block
-        return []
+        except OSError:
+            pass                # the tmpfs is full to the last block
+        return [], []
     if target == "run-dir-removed":
         shutil.rmtree(runs_dir)
-        return []
+        return [], []
     second = LaunchRun(spec)                    # lease-contention: the same model_dir
     status = second.wait(timeout=120)
     said = second.stderr_text().strip().splitlines()
+    notes = [f"second launch: exit {status} after {time.monotonic() - second.started:.1f}s: "
+             + " | ".join(said)]
     problems = []
     if status != 2 or len(said) != 1 or "is in use by run" not in said[0]:
         problems.append(f"a second launch on the model_dir was not refused in one line "
                         f"(exit {status}): {' | '.join(said[-3:])}")
     if second.steps() or second.leftovers(timeout=2):
         problems.append("the refused launch started tasks")
-    return problems
+    return problems, notes
 
 
 def never_seen(runs: list[LaunchRun], model_dir: Path) -> list[str]:
