@@ -29,7 +29,8 @@ START_DELAY, THROTTLE = 120, 600   # TensorFlow's EvalSpec defaults (s)
 
 @dataclass(frozen=True)
 class JobState:
-    """What the tasks are doing, for the progress line (launcher/monitors/coordinator.py fills it)."""
+    """What the tasks are doing, for the progress line (the coordinator's adapter,
+    launcher/monitors/coordinator.py, fills it)."""
 
     restarting: tuple[str, ...] = ()      # tasks whose restart is due
     finishing: str | None = None          # training is done (why) while trainers still run
