@@ -400,20 +400,10 @@ def _execute(run: Attached) -> RunResult:
         run.options
     run_dir, events, state, console, leases = run.run_dir, run.events, run.state, \
         run.console, run.leases
-    from launcher.ending import TrainingView, own_evaluations
     from launcher.gpus import place
     from launcher.job import Job, PortConflict
-    from launcher.output.summary import (
-        closing_lines,
-        ended_words,
-        summary_doc,
-        summary_table,
-        task_rows,
-        verdict,
-    )
     from launcher.tensorboard import with_run
     from launcher.unwritten import Unwritten
-    from orchestrator.roles import TRAINERS
 
     unwritten = Unwritten(console.info)     # what a full or vanished run_dir did not get
     events.on_error = partial(unwritten.failed, "events.jsonl")
@@ -452,6 +442,26 @@ def _execute(run: Attached) -> RunResult:
             board.stop()
         console.close()
         backend.close()
+    run.plan = plan     # re-planned after a port conflict
+    return _close(run, result, job, watch, unwritten)
+
+
+def _close(run: Attached, result, job, watch: JobWatch, unwritten) -> RunResult:
+    """The closing summary of a job that ran: one last read of model_dir, the verdict, the
+    task table, the closing lines and metrics, summary.json."""
+    from launcher.ending import TrainingView, own_evaluations
+    from launcher.output.summary import (
+        closing_lines,
+        ended_words,
+        summary_doc,
+        summary_table,
+        task_rows,
+        verdict,
+    )
+    from orchestrator.roles import TRAINERS
+
+    spec, plan, run_dir, events, console = run.spec, run.plan, run.run_dir, run.events, \
+        run.console
     result.unwritten = unwritten.lines()   # the pumps have drained every task by now
     unwritten.job_over = True
     from launcher.output.closing import final_read
