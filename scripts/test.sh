@@ -5,6 +5,6 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check .
 # Several workers (pytest-xdist): most tests wait on processes rather than compute, so 4
-# workers suit 2 cores; each machine-wide bed's tests stay in one worker (--dist
-# loadgroup, tests/conftest.py). TEST_WORKERS=0 runs them in this process.
-exec .venv/bin/python -m pytest -q -p no:cacheprovider -n "${TEST_WORKERS:-4}" --dist loadgroup "$@"
+# workers suit 2 cores; each machine-wide bed's tests stay in one worker
+# (tests/conftest.py's scheduler). TEST_WORKERS=0 runs them in this process.
+exec .venv/bin/python -m pytest -q -p no:cacheprovider -n "${TEST_WORKERS:-4}" "$@"

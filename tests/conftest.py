@@ -59,30 +59,37 @@ def runs(tmp_path, monkeypatch) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------- beds and workers
-# The fixtures of the machine-wide beds (each started once per session: tests/infra) and
-# the pytest-xdist group of the tests that use one. `scripts/test.sh` runs the suite with
-# `-n N --dist loadgroup`: a group's tests run in one worker, so each bed starts once,
-# and the beds run side by side while the other tests spread over the workers.
-BED_GROUPS = {"slurm_cluster": "slurm", "hosts": "ssh", "engine": "docker", "s3": "s3"}
+# `scripts/test.sh` runs the suite in several pytest-xdist workers. The tests of one
+# machine-wide bed (tests/infra; each started once per session by a session fixture) run
+# in one worker, so each bed starts once and the beds run side by side, while every other
+# test goes to whichever worker is free. The scheduler sees only test ids, so a bed's
+# tests are known by where they are (xdist's own `--dist loadgroup` marks do not reach it
+# under pytest 9.2: the worker's suffix goes to a node attribute pytest no longer reads).
+BED_FOLDERS = {"tests/slurm/": "slurm", "tests/ssh/": "ssh", "tests/docker/": "docker"}
 
 
-def bed_group(item: pytest.Item) -> str | None:
-    """The bed ``item`` uses (a bed fixture it needs, or a parameter naming one, as the
-    coordinator's ``storage`` fixture does with "s3"), or None."""
-    names = set(getattr(item, "fixturenames", ()))
-    callspec = getattr(item, "callspec", None)
-    if callspec is not None:
-        names |= {v for v in callspec.params.values() if isinstance(v, str)}
-    groups = sorted({BED_GROUPS[n] for n in names if n in BED_GROUPS})
-    return groups[0] if groups else None
+def bed_group(nodeid: str) -> str | None:
+    """The bed a test uses, from its id: its folder's, or "s3" for the coordinator's tests
+    on the S3 server (``[s3]`` parameters, ``s3`` in their names); None for the others."""
+    for folder, group in BED_FOLDERS.items():
+        if nodeid.startswith(folder):
+            return group
+    path, _, name = nodeid.partition("::")
+    if path.startswith("tests/coordinator/") and ("s3" in name or "s3" in Path(path).name):
+        return "s3"
+    return None
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        group = bed_group(item)
-        if group and not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group(group))
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """Work units: a bed's tests together, every other test alone; the biggest first."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class BedScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return bed_group(nodeid) or nodeid
+
+    return BedScheduling(config, log)
 
 
 # ---------------------------------------------------------------- nothing in the checkout
