@@ -241,8 +241,10 @@ def docker_run(rng: random.Random, engine, workdir: Path, kills: int) -> dict:
     doc = job_spec("estimator", tmp, steps, SAVE_STEPS, sleep=0.05,
                    backend="docker", command=["python", str(JOBS / "estimator_job.py")],
                    docker={"image": IMAGE, "volumes": [f"{tmp}:{tmp}", f"{JOBS}:{JOBS}:ro"]})
+    # no back-off: the next container starts at once, under the killed one's name (it
+    # doubles per restart otherwise, and 20 restarts would wait minutes)
     doc["restart"]["worker"] = {"policy": "on-failure", "max_restarts": kills + 5,
-                                "backoff": 0.5}
+                                "backoff": 0}
     doc["timeouts"].update(finish=10, unresponsive=UNRESPONSIVE, start=120)
     run = LaunchRun(write_spec(tmp, doc))
     problems: list[str] = []
