@@ -67,37 +67,40 @@ class TaskHandle(ABC):
 class ExecWatch:
     """A task's output, whose first lines are read for the one a wrapper prints when the
     task's own exec failed (setpriv, docker's init, slurmstepd): ``handle.start_failure``
-    is then ``refusal(program, reason)``. Every line is passed on as it came."""
+    is then ``refusal(program, reason)``. Everything is passed on as it came; a line that
+    comes in pieces (docker's init writes its message in three) is checked once whole."""
 
     FIRST_LINES = 3
+    FIRST_BYTES = 4096
 
     def __init__(self, stream: IO[bytes], handle: TaskHandle, pattern: re.Pattern[str],
                  refusal: Callable[[str, str], str]):
         self.stream, self.handle, self.pattern, self.refusal = stream, handle, pattern, refusal
-        self.left = self.FIRST_LINES
+        self.head = b""         # what came of the first lines so far
+        self.watching = True
         if hasattr(stream, "read1"):    # read as it comes (launcher/output/task_output.py)
             self.read1 = self._read1
 
     def readline(self) -> bytes:
-        raw = self.stream.readline()
-        if self.left and raw:
-            self._check(raw)
-        return raw
+        return self._watch(self.stream.readline())
 
     def _read1(self, size: int = -1) -> bytes:
-        """What the stream has now (a bar redrawn without newlines comes as it is drawn),
-        its first lines checked as readline's are."""
-        raw = self.stream.read1(size)
-        for line in raw.splitlines()[:self.left]:
-            self._check(line)
-        return raw
+        """What the stream has now (a bar redrawn without newlines comes as it is drawn)."""
+        return self._watch(self.stream.read1(size))  # type: ignore[attr-defined]
 
-    def _check(self, raw: bytes) -> None:
-        self.left -= 1
-        found = self.pattern.search(raw.decode(errors="replace"))
-        if found:
-            self.handle.start_failure = self.refusal(found["program"], found["reason"])
-            self.left = 0
+    def _watch(self, data: bytes) -> bytes:
+        if not self.watching or not data:
+            return data
+        self.head += data
+        lines = self.head.split(b"\n")
+        for line in lines[:-1][:self.FIRST_LINES]:      # whole lines only
+            found = self.pattern.search(line.decode(errors="replace").rstrip("\r"))
+            if found:
+                self.handle.start_failure = self.refusal(found["program"], found["reason"])
+                break
+        self.watching = not self.handle.start_failure and \
+            len(lines) <= self.FIRST_LINES and len(self.head) < self.FIRST_BYTES
+        return data
 
     def close(self) -> None:
         self.stream.close()

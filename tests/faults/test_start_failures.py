@@ -139,3 +139,31 @@ def test_a_long_command_is_shortened_to_one_line(tmp_path):
     assert "\n" not in line and len(line) < 300
     assert line.startswith("worker:1: cannot start no-such-trainer '--flag") and \
         line.endswith(f"...: not found in the task's PATH ({tmp_path})")
+
+
+class Pieces:
+    """A stream that gives its data in the pieces a writer wrote them (docker's init writes
+    '[FATAL tini (N)] ', its message and the newline apart)."""
+
+    def __init__(self, pieces: list[bytes]):
+        self.pieces = list(pieces)
+
+    def read1(self, size: int = -1) -> bytes:
+        return self.pieces.pop(0) if self.pieces else b""
+
+
+def test_a_wrappers_words_in_pieces_are_read_as_one_line():
+    from launcher.backends.base import ExecWatch, NotStarted
+    from launcher.backends.docker import INIT_FAILED
+    from launcher.backends.remote_bootstrap import refusal_in_words
+
+    t = task(["no-such-trainer"])
+    handle = NotStarted(t, "", 127)
+    handle.start_failure = None
+    watch = ExecWatch(Pieces([b"[FATAL tini (6)] ", b"exec no-such-trainer failed: No such "
+                              b"file or directory", b"\n"]), handle, INIT_FAILED,
+                      lambda program, reason: refusal_in_words(
+                          t.name, t.command, reason, host="image tfc", look=False))
+    assert b"".join(iter(lambda: watch.read1(65536), b"")).endswith(b"directory\n")
+    assert handle.start_failure == "worker:1: cannot start no-such-trainer on image tfc: not " \
+                                   "found in the task's PATH"
