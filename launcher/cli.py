@@ -11,12 +11,15 @@ import importlib
 import signal
 import sys
 import threading
+from typing import TYPE_CHECKING
 
 from launcher import __version__
-from launcher.api import LaunchOptions
 from launcher.errors import LauncherFailed, Terminated, UsageError
 from launcher.output.pipes import discard, flush_stdout
 from launcher.signals import catch
+
+if TYPE_CHECKING:
+    from launcher.api import LaunchOptions
 
 SUBCOMMANDS = {
     "report": "launcher.output.report",
@@ -101,6 +104,8 @@ def parse_args(argv: list[str]) -> tuple[LaunchOptions, list[str] | None]:
         raise UsageError("--json goes with --dry-run")
     if ns.all and not ns.dry_run:
         raise UsageError("--all goes with --dry-run")
+    from launcher.api import LaunchOptions  # after --help: it loads neither api nor rich
+
     args = LaunchOptions(
         spec=ns.spec, local=ns.local, quiet=ns.quiet, verbose=ns.verbose, run_dir=ns.run_dir,
         retrain=ns.retrain, run_id=ns.run_id, detach=ns.detach, force=ns.force,

@@ -422,6 +422,7 @@ class StepDevices:
         self.stream = stream
         self.task = task
         self.head: bytes | None = b""     # the output until its first line ended
+        self._read_now = getattr(stream, "read1", stream.readline)
 
     def _saw(self, data: bytes) -> bytes:
         if self.head is not None:
@@ -438,7 +439,7 @@ class StepDevices:
         return self._saw(self.stream.readline())
 
     def read1(self, size: int = -1) -> bytes:
-        return self._saw(self.stream.read1(size))
+        return self._saw(self._read_now(size))
 
     def __getattr__(self, name: str):
         return getattr(self.stream, name)

@@ -206,10 +206,10 @@ class Job:
                     return self._fail(run, failure)
             tick = bool(self.monitors) and (self.tick_every <= TURN or
                                             self.clock() - ticked >= self.tick_every)
-            tasks = self.snapshot() if tick else None      # one snapshot for every monitor
+            tasks = self.snapshot() if tick else []        # one snapshot for every monitor
             if tick:
                 ticked = self.clock()
-            for monitor in self.monitors if tasks is not None else ():
+            for monitor in self.monitors if tick else ():
                 decision = monitor.tick(tasks)
                 if decision is None:
                     continue
@@ -255,7 +255,7 @@ class Job:
 
     def _judge_exit(self, run: TaskRun, finishing: bool) -> str | None:
         """Why this exit fails the job, or None when it is fine (or restarts it)."""
-        if run.stopped:
+        if run.stopped or run.status is None:      # stopped by the launcher, or running
             return None
         if run.status != 0:
             self.tasks.join_output(run)     # its last lines tell an error from a kill
@@ -295,6 +295,7 @@ class Job:
             return None
         for run in self.tasks.runs:
             if run.task.type == "ps" and run.running and not run.stopped and \
+                    run.started is not None and \
                     self.clock() - run.started >= self.timeouts["start"] and \
                     not self.readiness.answered(run.name, run.started):
                 return self.readiness.not_ready_reason(run.name, run.task.address)

@@ -21,6 +21,7 @@ import queue
 import signal
 import threading
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import IO, Callable
 
@@ -175,7 +176,7 @@ class Tasks:
     def live(self) -> list[TaskRun]:
         return [r for r in self.runs if r.running]
 
-    def snapshot(self, restarting: set[str] | dict[str, float] = frozenset()) -> list[TaskState]:
+    def snapshot(self, restarting: Collection[str] = frozenset()) -> list[TaskState]:
         """Every task now; those named in ``restarting`` are about to start again."""
         now = self.clock()
         return [r.snapshot(now, r.name in restarting) for r in self.runs]
@@ -336,7 +337,7 @@ class Tasks:
         """Record tasks that ended since the last turn; return them."""
         ended = []
         for run in self.runs:
-            if run.running:
+            if run.handle is not None and run.status is None:      # running
                 status = run.handle.poll()
                 if status is not None:
                     run.status, run.ended = status, self.clock()
@@ -380,7 +381,7 @@ class Tasks:
                           signal="SIGKILL" if kill else "SIGTERM")
         self._let_exiting_tasks_end(runs)
         for run in runs:
-            if run.handle.poll() is not None:
+            if run.handle is None or run.handle.poll() is not None:
                 continue        # it ended by itself: reaped below with its own status
             run.stopped = True
             if not kill:
@@ -390,7 +391,7 @@ class Tasks:
             self.wait(0.02)
             self.reap()
         for run in runs:
-            if run.running:
+            if run.handle is not None and run.status is None:      # running
                 run.handle.kill()
         while any(r.running for r in runs):
             self.wait(0.02)

@@ -18,7 +18,7 @@ import re
 import signal
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Protocol
 
 if TYPE_CHECKING:
     from launcher.checks import Address
@@ -34,13 +34,22 @@ class ProbeResult:
     output: str
 
 
+class TaskOutput(Protocol):
+    """A task's merged stdout/stderr as the job loop reads it: lines as bytes; a stream that
+    also has ``read1`` is read as its bytes arrive (launcher/output/task_output.py)."""
+
+    def readline(self) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
 class TaskHandle(ABC):
     """A started task. ``output`` yields its merged stdout/stderr as bytes lines.
     ``start_failure``: once it ended, the one line saying why its command never ran (the
     kernel, the remote shell or the engine refused it), else None."""
 
     task: TaskPlan
-    output: IO[bytes] | None
+    output: TaskOutput | None
     start_failure: str | None = None
 
     @abstractmethod
@@ -73,12 +82,14 @@ class ExecWatch:
     FIRST_LINES = 3
     FIRST_BYTES = 4096
 
-    def __init__(self, stream: IO[bytes], handle: TaskHandle, pattern: re.Pattern[str],
+    def __init__(self, stream: TaskOutput, handle: TaskHandle, pattern: re.Pattern[str],
                  refusal: Callable[[str, str], str]):
         self.stream, self.handle, self.pattern, self.refusal = stream, handle, pattern, refusal
         self.head = b""         # what came of the first lines so far
         self.watching = True
-        if hasattr(stream, "read1"):    # read as it comes (launcher/output/task_output.py)
+        read_now = getattr(stream, "read1", None)
+        if read_now is not None:    # read as it comes (launcher/output/task_output.py)
+            self._read_now: Callable[[int], bytes] = read_now
             self.read1 = self._read1
 
     def readline(self) -> bytes:
@@ -86,7 +97,7 @@ class ExecWatch:
 
     def _read1(self, size: int = -1) -> bytes:
         """What the stream has now (a bar redrawn without newlines comes as it is drawn)."""
-        return self._watch(self.stream.read1(size))  # type: ignore[attr-defined]
+        return self._watch(self._read_now(size))
 
     def _watch(self, data: bytes) -> bytes:
         if not self.watching or not data:

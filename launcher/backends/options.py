@@ -61,7 +61,7 @@ def parse(options_type: type, raw: Any, where: str) -> Any:
     for f in dataclasses.fields(options_type):
         if f.name in section:
             at = f"{where}.{f.name}"
-            value = _value(f.metadata, section[f.name], at)
+            value = _value(dict(f.metadata), section[f.name], at)
             check = f.metadata.get("check")
             values[f.name] = check(value, at) if check else value
     return options_type(**values)

@@ -373,7 +373,7 @@ class SlurmBackend(Backend):
         job = os.environ.get("SLURM_JOB_ID") if self.inside_job else None
         done = run_slurm(["scontrol", "show", "job", "-o", job]) if job else None
         m = re.search(r"\bRestarts=(\d+)", done.stdout) if done and done.returncode == 0 else None
-        return bool(m) and int(m.group(1)) > self.attempt()
+        return m is not None and int(m.group(1)) > self.attempt()
 
     def attempt(self) -> int:
         """A requeued batch job runs again with SLURM_RESTART_COUNT = 1, 2..."""
@@ -419,7 +419,7 @@ class SlurmBackend(Backend):
         lines: list[str] = []
 
         def read() -> None:
-            for line in proc.stderr:
+            for line in proc.stderr or ():
                 lines.append(line.rstrip())
                 m = GRANTED.search(line)
                 if m and self.job_id is None:
@@ -498,7 +498,8 @@ class SlurmBackend(Backend):
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         handle = SlurmHandle(task, proc, self.job_id or "", f"{task.type}-{task.index}")
-        if task.resources.get("gpus"):     # what Slurm bound, into the plan's task
+        if task.resources.get("gpus") and proc.stdout is not None:
+            # what Slurm bound, into the plan's task
             handle.output = gpus.StepDevices(proc.stdout, self._plan_tasks.get(task.name, task))
         self.handles.append(handle)
         return handle

@@ -27,7 +27,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import psutil
 
@@ -191,7 +191,11 @@ class SSHHandle(TaskHandle):
             os.close(read_end)
             os.close(self._write_end)
             raise
-        self.output = os.fdopen(read_end, "rb")
+        # the pipes (stdin and stderr are PIPE, never None)
+        self._stdin, self._stderr = cast(IO[bytes], self.proc.stdin), \
+            cast(IO[bytes], self.proc.stderr)
+        self._out = os.fdopen(read_end, "rb")
+        self.output = self._out
         self._relay = threading.Thread(target=self._read_status, name=f"ssh-{host}",
                                        daemon=True)
         self._relay.start()
@@ -233,7 +237,7 @@ class SSHHandle(TaskHandle):
             return found[0], found[1]
 
     def _read_answer(self, found: list) -> None:
-        for raw in iter(self.output.readline, b""):
+        for raw in iter(self._out.readline, b""):
             line = raw.decode(errors="replace").rstrip("\r\n")
             if line.startswith("{"):
                 try:
@@ -248,8 +252,8 @@ class SSHHandle(TaskHandle):
     def _send(self, data: bytes) -> bool:
         with self._lock:
             try:
-                self.proc.stdin.write(data)
-                self.proc.stdin.flush()
+                self._stdin.write(data)
+                self._stdin.flush()
                 return True
             except (OSError, ValueError):
                 return False
@@ -258,7 +262,7 @@ class SSHHandle(TaskHandle):
         """ssh's stderr: the bootstrap's status lines; anything else joins the output."""
         prefix = self.nonce.encode() + b" "
         try:
-            for line in iter(self.proc.stderr.readline, b""):
+            for line in iter(self._stderr.readline, b""):
                 if line.startswith(prefix):
                     try:
                         status = json.loads(line[len(prefix):])
@@ -280,7 +284,7 @@ class SSHHandle(TaskHandle):
                     pass
         finally:
             os.close(self._write_end)
-            self.proc.stderr.close()
+            self._stderr.close()
 
     def poll(self) -> int | None:
         code = self.proc.poll()
@@ -310,7 +314,7 @@ class SSHHandle(TaskHandle):
         exits when it runs none."""
         with self._lock:
             try:
-                self.proc.stdin.close()
+                self._stdin.close()
             except OSError:
                 pass
 
@@ -327,7 +331,7 @@ class SSHHandle(TaskHandle):
             self.proc.kill()
             self.proc.wait()
         self._relay.join(timeout=5)
-        self.output.close()
+        self._out.close()
 
     @property
     def pid(self) -> int | None:
@@ -372,7 +376,8 @@ class SSHBackend(Backend):
             argv += ["-F", o.config_file]
         for name, value in o.options.items():   # the user's first: the first value wins
             argv += ["-o", f"{name}={value}"]
-        check = {True: "yes", False: "no"}.get(o.strict_host_key_checking, "accept-new")
+        words: dict[bool | str, str] = {True: "yes", False: "no"}
+        check = words.get(o.strict_host_key_checking, "accept-new")
         argv += ["-T", "-e", "none", "-o", "BatchMode=yes",
                  "-o", f"ConnectTimeout={math.ceil(o.connect_timeout)}",
                  "-o", f"StrictHostKeyChecking={check}",
@@ -594,11 +599,11 @@ class SSHBackend(Backend):
         reply = None
         if session is not None and session.proc.poll() is None:
             reply = session.ask(message, wait)     # None: it started its task meanwhile
-        if reply is None:
+        if session is None or reply is None:
             session = self._session(task)
             reply = session.ask(message, wait)
             session.discard()
-        answer, other = reply
+        answer, other = reply or (None, [])
         if answer is None:
             return ProbeResult(124 if session.timed_out else 255,
                                "\n".join(other) or f"no answer within {timeout:.0f}s")

@@ -20,7 +20,7 @@ ROLE_HEADER = ("role", "tasks", "exits", "duration min / median / max", "restart
 
 # A row as rows_table takes it: task, address, exit in words, duration ("12.3s"),
 # restarts, log.
-Row = tuple[str, str, str, str, str, str]
+Row = tuple[str, ...]      # task, address, exit, duration, restarts, log
 
 
 def failed(exit_text: str) -> bool:
@@ -41,7 +41,7 @@ def role_lines(rows: list[Row]) -> list[tuple[str, ...]]:
     by_role: dict[str, list[Row]] = {}
     for row in rows:
         by_role.setdefault(row[0].split(":")[0], []).append(row)
-    out = []
+    out: list[tuple[str, ...]] = []
     for role, group in by_role.items():
         exits = collections.Counter(r[2] for r in group)
         words = ", ".join(f"{e} ×{n}" if n > 1 else e for e, n in exits.most_common())

@@ -3,11 +3,14 @@ list``'s (launcher/output/summary.py builds the task rows, grouped.py the per-ro
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 HEADER = ("task", "address", "exit", "duration", "restarts", "log")
 
 
-def with_gpus(rows: list[tuple[str, ...]], gpus: list[list[str] | None],
-              header: tuple[str, ...] = HEADER) -> tuple[list[tuple[str, ...]], tuple[str, ...]]:
+def with_gpus(rows: Sequence[tuple[str, ...]], gpus: list[list[str] | None],
+              header: tuple[str, ...] = HEADER
+              ) -> tuple[Sequence[tuple[str, ...]], tuple[str, ...]]:
     """The rows and header with a ``gpus`` column after the address, where any task has
     GPUs placed by the launcher (launcher/gpus.py); else as they are."""
     from launcher.gpus import shown
@@ -18,7 +21,7 @@ def with_gpus(rows: list[tuple[str, ...]], gpus: list[list[str] | None],
             (*header[:2], "gpus", *header[2:]))
 
 
-def rows_table(rows: list[tuple[str, ...]], header: tuple[str, ...] = HEADER) -> str:
+def rows_table(rows: Sequence[tuple[str, ...]], header: tuple[str, ...] = HEADER) -> str:
     """Rows of cells as left-aligned columns under ``header`` (the summary's, and
     ``launch status`` and ``launch list`` from a run's recorded state)."""
     rows = [header, *rows]

@@ -12,7 +12,7 @@ whole line still comes when it ends (its last state is what the console shows of
 from __future__ import annotations
 
 import time
-from typing import IO, Callable
+from typing import Callable, Protocol
 
 from launcher.output.noise import latest_state
 
@@ -22,7 +22,13 @@ PENDING_MAX = 1 << 16    # bytes of a line being redrawn kept (its last redraw i
 REDRAW = (b"\r", b"\b")
 
 
-def pump(stream: IO[bytes], raw: Callable[[bytes], None],
+class Lines(Protocol):
+    """What ``pump`` reads: bytes by lines, and as they arrive where it has ``read1``."""
+
+    def readline(self) -> bytes: ...
+
+
+def pump(stream: Lines, raw: Callable[[bytes], None],
          line: Callable[[str, bool], None], clock: Callable[[], float] = time.monotonic,
          every: float = BAR_EVERY) -> None:
     """Read ``stream`` to its end: ``raw(bytes)`` for everything read, ``line(text,

@@ -48,7 +48,7 @@ def current_state(state: dict) -> tuple[str, str | None]:
     """(state, note): the recorded state, corrected by what can be seen now. A live state
     whose launcher is gone is ``lost``; where an engine holds the run (a Slurm job, a
     TFJob), its backend asks the engine (``Backend.engine_state``)."""
-    recorded = state.get("state")
+    recorded: str = state["state"]      # a required field (registry.STATE_FIELDS)
     if recorded not in LIVE:
         return recorded, None
     engine = _engine(state).engine_state(state.get("handle") or {}, recorded)
