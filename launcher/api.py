@@ -347,7 +347,6 @@ def _take_lease(plan, backend, args, run_dir: str, console, events, state):
     lease = acquire(plan.storage, plan.run_id, run_dir, getattr(args, "force", False),
                     warn=console.info, slurm_job=backend.run_handle().get("slurm_job") or "")
     lease.start_heartbeat(on_lost=lost)
-    events.write("lease_taken", file=lease.describe()["file"])
     state.update(lease=lease.describe())
     return lease
 
