@@ -19,7 +19,22 @@ import os
 import shlex
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, Union
+
+if TYPE_CHECKING:
+    from launcher.backends.base import Backend
+    from launcher.ending import JobResult
+    from launcher.job import Job
+    from launcher.lease import Holder, Lease
+    from launcher.monitors import Watch
+    from launcher.output.console import Console
+    from launcher.plan import JobPlan
+    from launcher.runs.registry import RunLog, RunState
+    from launcher.spec import Spec
+    from launcher.unwritten import Unwritten
+    from orchestrator.coordinator import Coordinator, Progress
+
+    SpecLike = Union[str, "os.PathLike[str]", dict[str, Any], Spec]
 
 from launcher.errors import LauncherFailed, SpecError, Terminated, UsageError
 
@@ -72,7 +87,7 @@ class RunResult:
         return self.status == 0
 
 
-def load_spec(path: str, overrides: dict[str, Any] | None = None):
+def load_spec(path: str, overrides: dict[str, Any] | None = None) -> Spec:
     """A spec file validated against the registered backends (launcher.spec.load_spec)."""
     from launcher import spec
     from launcher.backends import names
@@ -89,7 +104,7 @@ def parse_spec(text: str, source: str | None = None,
     return spec.parse_spec(text, source, overrides, backends=names())
 
 
-def validate(raw: Any, source: str | None = None):
+def validate(raw: Any, source: str | None = None) -> Spec:
     """A decoded JSON document as a Spec, validated against the registered backends."""
     from launcher import spec
     from launcher.backends import names
@@ -97,7 +112,7 @@ def validate(raw: Any, source: str | None = None):
     return spec.validate(raw, source, backends=names())
 
 
-def resolve_spec(spec, overrides: dict[str, Any] | None = None):
+def resolve_spec(spec: SpecLike, overrides: dict[str, Any] | None = None) -> Spec:
     """A Spec from a path, a dict (the JSON document) or a Spec; ``overrides`` replace
     top-level keys and are validated with the rest."""
     from launcher.spec import Spec
@@ -119,7 +134,7 @@ def resolve_spec(spec, overrides: dict[str, Any] | None = None):
     raise UsageError(f"spec must be a path, a dict or a Spec, got {type(spec).__name__}")
 
 
-def _backend(spec, local: bool, inside_job: bool = False):
+def _backend(spec: Spec, local: bool, inside_job: bool = False) -> Backend:
     """The spec's backend (``--local``: the local one, the spec's hosts remapped to this
     machine) built from its options, then told what the job asks of it
     (``Backend.accept``): it never sees the spec. ``inside_job``: the launcher runs inside
@@ -139,7 +154,7 @@ def _backend(spec, local: bool, inside_job: bool = False):
     return backend
 
 
-def _check_command(spec, command: list[str] | None) -> None:
+def _check_command(spec: Spec, command: list[str] | None) -> None:
     if command is not None and (not isinstance(command, (list, tuple)) or not command
                                 or not all(isinstance(a, str) for a in command)):
         raise UsageError("command must be a non-empty list of strings")
@@ -151,8 +166,9 @@ def _check_command(spec, command: list[str] | None) -> None:
                                "after --", spec.source)
 
 
-def prepare(spec, command: list[str] | None = None, *, local: bool = False,
-            overrides: dict[str, Any] | None = None, inside_job: bool = False):
+def prepare(spec: SpecLike, command: list[str] | None = None, *, local: bool = False,
+            overrides: dict[str, Any] | None = None,
+            inside_job: bool = False) -> tuple[Spec, Backend]:
     """(Spec, backend) for a spec given as path, dict or Spec; bad input raises here."""
     spec = resolve_spec(spec, overrides)
     backend = _backend(spec, local, inside_job)
@@ -160,8 +176,8 @@ def prepare(spec, command: list[str] | None = None, *, local: bool = False,
     return spec, backend
 
 
-def dry_run(spec, command: list[str] | None = None, *, local: bool = False,
-            as_json: bool = False, every: bool = True, **overrides) -> str:
+def dry_run(spec: SpecLike, command: list[str] | None = None, *, local: bool = False,
+            as_json: bool = False, every: bool = True, **overrides: Any) -> str:
     """Every task's address, TF_CONFIG, environment and expanded command; starts nothing.
     ``every=False``: above 16 tasks, the first task of each role in full and every
     address, as ``launch --dry-run`` prints it."""
@@ -170,9 +186,10 @@ def dry_run(spec, command: list[str] | None = None, *, local: bool = False,
                           every=every)
 
 
-def run(spec, command: list[str] | None = None, *, local: bool = False, quiet: bool = False,
-        run_dir: str | None = None, verbose: bool = False, retrain: bool = False,
-        force: bool = False, console=None, **overrides) -> RunResult:
+def run(spec: SpecLike, command: list[str] | None = None, *, local: bool = False,
+        quiet: bool = False, run_dir: str | None = None, verbose: bool = False,
+        retrain: bool = False, force: bool = False, console: Console | None = None,
+        **overrides: Any) -> RunResult:
     """Run the job in this process until it ends; see the module docstring."""
     prepared, backend = prepare(spec, command, local=local, overrides=overrides)
     path = os.fspath(spec) if isinstance(spec, (str, os.PathLike)) else None
@@ -181,7 +198,8 @@ def run(spec, command: list[str] | None = None, *, local: bool = False, quiet: b
     return start(prepared, backend, command, options, console)
 
 
-def start(spec, backend, command: list[str] | None, options, console=None) -> RunResult:
+def start(spec: Spec, backend: Backend, command: list[str] | None, options: RunOptions,
+          console: Console | None = None) -> RunResult:
     """The checks of the environment, the backend's resources, the plan, then the run."""
     from launcher.preflight.environment import check_fsspec_driver, check_run_dir
     from launcher.runs.registry import runs_root
@@ -199,7 +217,7 @@ def start(spec, backend, command: list[str] | None, options, console=None) -> Ru
     return execute(spec, backend, plan, command, options, console=console)
 
 
-def check_lease(spec, options) -> None:
+def check_lease(spec: Spec, options: RunOptions) -> None:
     """Refuse at once (exit 2) when a live run holds model_dir's lease: before an
     allocation is asked for or a daemon started (launcher/lease.py)."""
     from launcher.lease import check
@@ -209,7 +227,8 @@ def check_lease(spec, options) -> None:
           getattr(options, "force", False))
 
 
-def make_plan(spec, backend, command, run_id: str | None = None):
+def make_plan(spec: Spec, backend: Backend, command: list[str] | None,
+              run_id: str | None = None) -> JobPlan:
     """The plan, with each task's GPUs where the backend already knows its machines' (ssh
     learns them in its preflight: ``_execute`` places them then). GpuError: over-asked."""
     from launcher.gpus import place
@@ -222,7 +241,7 @@ def make_plan(spec, backend, command, run_id: str | None = None):
     return plan
 
 
-def public_plan(plan) -> dict[str, Any]:
+def public_plan(plan: JobPlan) -> dict[str, Any]:
     """The plan as plain data, secrets in the tasks' environments masked: what --dry-run
     prints and plan.json keeps."""
     from launcher.redact import redact_env
@@ -233,7 +252,7 @@ def public_plan(plan) -> dict[str, Any]:
     return doc
 
 
-def render_dry_run(plan, backend, as_json: bool = False, extra: str | None = None,
+def render_dry_run(plan: JobPlan, backend: Backend, as_json: bool = False, extra: str | None = None,
                    every: bool = False) -> str:
     """The plan as --dry-run prints it: every task in full up to GROUP_ABOVE tasks (or with
     ``every``, or as JSON); above, the first task of each role in full and every task's
@@ -289,13 +308,15 @@ def render_dry_run(plan, backend, as_json: bool = False, extra: str | None = Non
     return "\n".join(lines)
 
 
-def default_run_dir(spec, run_id: str) -> str:
+def default_run_dir(spec: Spec, run_id: str) -> str:
     from launcher.runs.registry import runs_root
 
     return os.path.join(spec.run_dir or runs_root(), run_id)
 
 
-def execute(spec, backend, plan, command, args, on_running=None, console=None) -> RunResult:
+def execute(spec: Spec, backend: Backend, plan: JobPlan, command: list[str] | None,
+            args: RunOptions, on_running: Callable[[dict[str, Any]], None] | None = None,
+            console: Console | None = None) -> RunResult:
     """Run the job attached; its state goes into the run registry (launcher/runs/registry.py);
     ``on_running(state)`` is called once every task started. ``args``: RunOptions, or
     launch's argparse namespace."""
@@ -307,7 +328,7 @@ def execute(spec, backend, plan, command, args, on_running=None, console=None) -
     state = open_state(run_dir, plan, backend, args)
     state.on_running = on_running
     console = console or make_console(quiet=args.quiet, verbose=getattr(args, "verbose", False))
-    leases: list = []        # model_dir's lease, once _execute took it
+    leases: list[Lease] = []        # model_dir's lease, once _execute took it
     try:
         result = _execute(Attached(spec, backend, plan, command, args, run_dir,
                                    RunLog(os.path.join(run_dir, "events.jsonl"), state), state,
@@ -334,12 +355,13 @@ def execute(spec, backend, plan, command, args, on_running=None, console=None) -
     return result
 
 
-def _take_lease(plan, backend, args, run_dir: str, console, events, state):
+def _take_lease(plan: JobPlan, backend: Backend, args: RunOptions, run_dir: str,
+                console: Console, events: RunLog, state: RunState) -> Lease:
     """model_dir's lease for this run, heartbeat running (launcher/lease.py); a run that
     loses it to a --force says so."""
     from launcher.lease import acquire
 
-    def lost(holder) -> None:
+    def lost(holder: Holder) -> None:
         console.info(f"the model_dir lease was taken by run {holder.run_id} on {holder.host} "
                      "(--force): two runs now write model_dir")
         events.write("lease_lost", run_id=holder.run_id, host=holder.host)
@@ -351,7 +373,7 @@ def _take_lease(plan, backend, args, run_dir: str, console, events, state):
     return lease
 
 
-def _release(leases: list, state, requeued: bool) -> None:
+def _release(leases: list[Lease], state: RunState, requeued: bool) -> None:
     """Release the lease (a requeued run keeps it: it comes back under the same run id)."""
     for lease in leases:
         lease.release(keep=requeued)
@@ -380,16 +402,16 @@ def exit_of(e: BaseException) -> tuple[int, str]:
 class Attached:
     """One run the launcher executes attached: what ``execute`` gathered for ``_execute``."""
 
-    spec: Any
-    backend: Any
-    plan: Any
+    spec: Spec
+    backend: Backend
+    plan: JobPlan
     command: list[str] | None
-    options: Any                # RunOptions, or launch's options
+    options: RunOptions         # RunOptions, or launch's LaunchOptions
     run_dir: str
-    events: Any                 # the run's RunLog
-    state: Any                  # its RunState (state.json)
-    console: Any
-    leases: list = field(default_factory=list)   # model_dir's lease, once taken
+    events: RunLog              # the run's events.jsonl
+    state: RunState             # its state.json
+    console: Console
+    leases: list[Lease] = field(default_factory=list)   # model_dir's lease, once taken
 
 
 def _execute(run: Attached) -> RunResult:
@@ -445,7 +467,8 @@ def _execute(run: Attached) -> RunResult:
     return _close(run, result, job, watch, unwritten)
 
 
-def _close(run: Attached, result, job, watch: JobWatch, unwritten) -> RunResult:
+def _close(run: Attached, result: JobResult, job: Job, watch: JobWatch,
+           unwritten: Unwritten) -> RunResult:
     """The closing summary of a job that ran: one last read of model_dir, the verdict, the
     task table, the closing lines and metrics, summary.json."""
     from launcher.ending import TrainingView, own_evaluations
@@ -501,9 +524,10 @@ def _close(run: Attached, result, job, watch: JobWatch, unwritten) -> RunResult:
                      round(result.duration, 3), plan.run_id)
 
 
-def _then(first, then):
+def _then(first: Callable[[], None], then: Callable[[dict[str, Any]], None] | None
+          ) -> Callable[[dict[str, Any]], None]:
     """on_running: ``first()``, then ``then(doc)`` when there is one."""
-    def both(doc):
+    def both(doc: dict[str, Any]) -> None:
         first()
         if then is not None:
             then(doc)
@@ -517,11 +541,11 @@ class JobWatch:
     backend reaches the tasks, the liveness probe of their TF servers (also the job's
     readiness). ``progress()``: what the coordinator saw last."""
 
-    def __init__(self, plan, backend, console, events):
+    def __init__(self, plan: JobPlan, backend: Backend, console: Console, events: RunLog):
         self.plan, self.backend, self.console, self.events = plan, backend, console, events
-        self.coordinator = None
+        self.coordinator: Coordinator | None = None
 
-    def __call__(self):
+    def __call__(self) -> Watch:
         from launcher.monitors import Watch
         from launcher.monitors.coordinator import CoordinatorMonitor
         from launcher.monitors.deadline import deadline_monitor
@@ -539,13 +563,13 @@ class JobWatch:
         return Watch([adapter, *deadline_monitor(t), *([liveness] if liveness else [])],
                      readiness=liveness, training=adapter.training_view)
 
-    def progress(self):
+    def progress(self) -> Progress:
         """The coordinator's last view of model_dir (an empty one if it never ran)."""
         from orchestrator.coordinator import Progress
 
         return self.coordinator.progress() if self.coordinator is not None else Progress()
 
 
-def write_plan(run_dir: str, plan) -> None:
+def write_plan(run_dir: str, plan: JobPlan) -> None:
     with open(os.path.join(run_dir, "plan.json"), "w", encoding="utf-8") as f:
         json.dump(public_plan(plan), f, indent=2)

@@ -159,8 +159,8 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
     "launcher.api": (
         "the composition root: `launcher.run()`, `dry_run()`; builds the backend, the plan,"
         " the monitors, the job loop",
-        ("launcher.backends", "launcher.crash", "launcher.ending", "launcher.errors",
-         "launcher.gpus", "launcher.job", "launcher.lease", "launcher.model_dir",
+        ("launcher.backends", "launcher.backends.base", "launcher.crash", "launcher.ending",
+         "launcher.errors", "launcher.gpus", "launcher.job", "launcher.lease", "launcher.model_dir",
          "launcher.monitors", "launcher.output", "launcher.plan", "launcher.preflight",
          "launcher.redact", "launcher.runs.registry", "launcher.spec", "launcher.tensorboard",
          "launcher.unwritten", "orchestrator", "orchestrator.roles")),
