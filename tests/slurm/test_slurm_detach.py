@@ -212,6 +212,10 @@ def test_cancel_of_an_attached_run_stops_its_launcher_and_the_allocation(tmp_pat
         wait_for(lambda: len(squeue(slurm_cluster, "-s")) == 3 or proc.poll() is not None,
                  60, "three steps")
         (run_dir,) = (tmp_path / "runs").iterdir()
+        # squeue lists a step as soon as srun asked for it; the run is "running" once the
+        # launcher saw every task start (state.json's rows follow within ROWS_EVERY)
+        wait_for(lambda: "state running" in run_launch("status", run_dir.name, env=runs).stdout,
+                 30, "state running")
         status = run_launch("status", run_dir.name, env=runs)
         assert "state running" in status.stdout and "Slurm job" in status.stdout
         done = run_launch("cancel", run_dir.name, env=runs, timeout=180)
