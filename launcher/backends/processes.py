@@ -1,6 +1,7 @@
 """Process helpers shared by the backends that start local processes (local, slurm's
 srun steps, ssh's ssh clients): the task's environment, free ports, a process handle that
-signals the whole process group, and the parent-death signal.
+signals the whole process group, and the parent-death signal. ``port_taken`` is the remote
+bootstrap's own (stdlib only, sent to remote hosts): one check of a port, here and there.
 
 If the launcher dies, even by SIGKILL, its tasks end within seconds: each gets SIGTERM
 through PR_SET_PDEATHSIG, and a watchdog process (launcher/backends/watchdog.py) ends the task's
@@ -23,6 +24,7 @@ import subprocess
 import sys
 
 from launcher.backends.base import TaskHandle
+from launcher.backends.remote_bootstrap import port_taken as port_taken
 from launcher.backends.watchdog import Watchdog
 from launcher.plan import TaskPlan
 
@@ -77,17 +79,6 @@ def task_environ(task: TaskPlan) -> dict[str, str]:
     env = dict(os.environ)
     env.update(task.env)
     return env
-
-
-def port_taken(port: int) -> bool:
-    """True when binding *:PORT fails here (what TensorFlow's server would do)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("", port))
-        except OSError:
-            return True
-    return False
 
 
 class ProcessHandle(TaskHandle):

@@ -298,7 +298,7 @@ def refused_status(error):
     return 127 if error.errno == errno.ENOENT else 126
 
 
-def port_taken(port):
+def port_taken(port: int) -> bool:
     """True when binding *:PORT fails here (what TensorFlow's server would do)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

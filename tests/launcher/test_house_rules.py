@@ -111,7 +111,8 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
          "launcher.plan")),
     "launcher.backends.processes": (
         "process groups, free ports, the parent-death signal",
-        ("launcher.backends.base", "launcher.backends.watchdog", "launcher.plan")),
+        ("launcher.backends.base", "launcher.backends.remote_bootstrap",
+         "launcher.backends.watchdog", "launcher.plan")),
     "launcher.preflight": (
         "checks before anything starts: mistakes outside the spec (`environment`), shared "
         "storage (`storage_check`)",
