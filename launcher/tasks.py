@@ -30,7 +30,7 @@ from launcher.ending import evaluated_in
 from launcher.events import EventLog
 from launcher.output.console import Console
 from launcher.output.noise import latest_state
-from launcher.output.task_output import pump
+from launcher.output.reader import READER
 from launcher.plan import TaskPlan
 from launcher.tracebacks import last_exception
 from launcher.unwritten import Unwritten
@@ -57,7 +57,7 @@ class TaskRun:
     restarts: int = 0
     last_output: float | None = None   # job-loop clock time of its last output line
     tail: collections.deque = field(default_factory=lambda: collections.deque(maxlen=TAIL_LINES))
-    pump: threading.Thread | None = None
+    output_done: threading.Event | None = None     # set once its output was read to the end
     evaluated: int | None = None   # the newest evaluation its own output announced
 
     @property
@@ -222,7 +222,11 @@ class Tasks:
             with self._starts:
                 self._in_flight -= 1
                 self._starts.notify_all()
-            self.wake.set()
+                # the loop turns at its pace while tasks start (a turn is O(N)); it is woken
+                # for a start that failed and once the last one is done
+                wake = bool(self._start_errors) or not (self._queued or self._in_flight)
+            if wake:
+                self.wake.set()
 
     @property
     def starting(self) -> int:
@@ -249,8 +253,8 @@ class Tasks:
         """Start the task (again, after a restart: its log is appended to). A command that
         was refused (``handle.start_failure``) is in its log, and ends as an exit."""
         run.tail.clear()
-        if run.pump is not None:
-            run.pump.join(timeout=2)
+        if run.output_done is not None:
+            run.output_done.wait(timeout=2)
         handle = self.backend.start(restarted(run.task, run.restarts))
         log = self._open_log(run)
         run.started, run.ended, run.status, run.stopped = self.clock(), None, None, False
@@ -261,9 +265,8 @@ class Tasks:
         if handle.start_failure:
             self._write_line(run, log, handle.start_failure)
             log = None
-        run.pump = threading.Thread(target=self._pump, args=(run, handle, log),
-                                    name=f"pump-{run.name}", daemon=True)
-        run.pump.start()
+        run.output_done = threading.Event()
+        self._read_output(run, handle, log, run.output_done)
 
     def _open_log(self, run: TaskRun) -> IO[bytes] | None:
         """The task's log file, appended to at a restart; None when the run directory
@@ -285,9 +288,12 @@ class Tasks:
         run.tail.append(line)
         self.console.task_line(run.name, line)
 
-    def _pump(self, run: TaskRun, handle: TaskHandle, log: IO[bytes] | None) -> None:
-        """Drain the task's output whatever happens to its log file: a task blocked on a
-        full pipe would hang the job, and its training is in model_dir, not here."""
+    def _read_output(self, run: TaskRun, handle: TaskHandle, log: IO[bytes] | None,
+                     done: threading.Event) -> None:
+        """Have the output reader (launcher/output/reader.py) drain the task's output
+        whatever happens to its log file: a task blocked on a full pipe would hang the job,
+        and its training is in model_dir, not here. ``done`` is set once it was read to its
+        end and the log closed."""
         def raw(data: bytes) -> None:
             nonlocal log
             log = self._log_data(run, log, data)
@@ -301,18 +307,19 @@ class Tasks:
             run.last_output = self.clock()
             self.console.task_line(run.name, text)
 
-        try:
-            if handle.output is not None:
-                pump(handle.output, raw, line, self.clock)
-        except (OSError, ValueError):
-            pass
-        finally:
+        def ended() -> None:
             if log is not None:
                 try:
                     log.close()
                 except OSError as e:
                     self.unwritten.log_failed(run.name, e)
+            done.set()
             self.wake.set()
+
+        if handle.output is None:
+            ended()
+        else:
+            READER.add(handle.output, raw, line, ended, self.clock)
 
     def _log_data(self, run: TaskRun, log: IO[bytes] | None, data: bytes) -> IO[bytes] | None:
         """Write output to the task's log; the log, or None once it failed (then what
@@ -412,6 +419,7 @@ class Tasks:
 
     def join_output(self, run: TaskRun | None = None, timeout: float = 2) -> None:
         """Wait for the output of ``run`` (every task when None) to be read to its end."""
+        deadline = time.monotonic() + timeout
         for r in [run] if run is not None else self.runs:
-            if r.pump is not None:
-                r.pump.join(timeout=timeout)
+            if r.output_done is not None:
+                r.output_done.wait(max(0.0, deadline - time.monotonic()))

@@ -113,6 +113,10 @@ class ExecWatch:
             len(lines) <= self.FIRST_LINES and len(self.head) < self.FIRST_BYTES
         return data
 
+    def fileno(self) -> int:
+        """The stream's descriptor: the output reader (launcher/output/reader.py) selects it."""
+        return getattr(self.stream, "fileno")()     # noqa: B009 - not every TaskOutput has one
+
     def close(self) -> None:
         self.stream.close()
 

@@ -57,9 +57,23 @@ def dies_with_parent(argv: list[str], env: dict[str, str] | None = None) -> list
         return list(argv)
     program = argv[0]
     path = (env if env is not None else os.environ).get("PATH", os.defpath)
-    if os.sep not in program and shutil.which(program, path=path) is None:
+    if os.sep not in program and not _found(program, path):
         raise FileNotFoundError(2, "No such file or directory", program)
     return [setpriv, "--pdeathsig", "TERM", "--", *argv]
+
+
+_FOUND: set[tuple[str, str]] = set()     # (program, PATH) found once: hundreds of tasks
+
+
+def _found(program: str, path: str) -> bool:
+    """Whether ``program`` is on ``path``; a program found once is not looked up again
+    (every task of a role runs the same one)."""
+    if (program, path) in _FOUND:
+        return True
+    if shutil.which(program, path=path) is None:
+        return False
+    _FOUND.add((program, path))
+    return True
 
 
 def free_port(taken: set[int] | None = None, attempts: int = 50) -> int:

@@ -7,10 +7,13 @@ the output is read in chunks as they arrive (``read1``); every byte goes to the 
 at once, each whole line is handed on, and while a line is pending that redraws itself, its
 latest state is handed on at most every ``BAR_EVERY`` seconds (marked ``partial``). The
 whole line still comes when it ends (its last state is what the console shows of it).
+``LineSplitter`` does this for chunks as they come (the output reader, launcher/output/
+reader.py, feeds it from every task's pipe); ``pump`` reads one stream to its end with it.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Callable, Protocol
 
@@ -28,42 +31,58 @@ class Lines(Protocol):
     def readline(self) -> bytes: ...
 
 
+class LineSplitter:
+    """One task's output, fed as its chunks arrive: ``raw(bytes)`` for every chunk,
+    ``line(text, partial)`` for each whole line (``partial`` False) and for a bar's latest
+    state at most every ``every`` s (``partial`` True); ``end()`` hands on the last,
+    unfinished line."""
+
+    def __init__(self, raw: Callable[[bytes], None], line: Callable[[str, bool], None],
+                 clock: Callable[[], float] = time.monotonic, every: float = BAR_EVERY):
+        self.raw, self.line, self.clock, self.every = raw, line, clock, every
+        self.pending = b""
+        self.shown_at = clock()
+
+    def feed(self, chunk: bytes) -> None:
+        self.raw(chunk)
+        pending = self.pending + chunk
+        *whole, pending = pending.split(b"\n")
+        for done in whole:
+            self.line(decode(done), False)
+        if whole:
+            self.shown_at = self.clock()
+        if any(c in pending for c in REDRAW):
+            if len(pending) > PENDING_MAX:
+                pending = pending[pending.rfind(b"\r"):]
+            now = self.clock()
+            if now - self.shown_at >= self.every:
+                state = latest_state(decode(pending))
+                if state.strip():
+                    self.line(state, True)
+                    self.shown_at = now
+        self.pending = pending
+
+    def end(self) -> None:
+        if self.pending:
+            self.line(decode(self.pending), False)
+            self.pending = b""
+
+
 def pump(stream: Lines, raw: Callable[[bytes], None],
          line: Callable[[str, bool], None], clock: Callable[[], float] = time.monotonic,
          every: float = BAR_EVERY) -> None:
-    """Read ``stream`` to its end: ``raw(bytes)`` for everything read, ``line(text,
-    partial)`` for each whole line (``partial`` False) and for a bar's latest state
-    (``partial`` True). A stream without ``read1`` is read line by line."""
+    """Read ``stream`` to its end through a ``LineSplitter``. A stream without ``read1`` is
+    read line by line."""
     read1 = getattr(stream, "read1", None)
     if read1 is None:
         for chunk in iter(stream.readline, b""):
             raw(chunk)
             line(decode(chunk), False)
         return
-    pending = b""
-    shown_at = clock()
-    while True:
-        chunk = read1(CHUNK)
-        if not chunk:
-            break
-        raw(chunk)
-        pending += chunk
-        *whole, pending = pending.split(b"\n")
-        for done in whole:
-            line(decode(done), False)
-        if whole:
-            shown_at = clock()
-        if any(c in pending for c in REDRAW):
-            if len(pending) > PENDING_MAX:
-                pending = pending[pending.rfind(b"\r"):]
-            now = clock()
-            if now - shown_at >= every:
-                state = latest_state(decode(pending))
-                if state.strip():
-                    line(state, True)
-                    shown_at = now
-    if pending:
-        line(decode(pending), False)
+    splitter = LineSplitter(raw, line, clock, every)
+    for chunk in iter(functools.partial(read1, CHUNK), b""):
+        splitter.feed(chunk)
+    splitter.end()
 
 
 def decode(data: bytes) -> str:

@@ -1,7 +1,9 @@
 """Hundreds of real local tasks from one launcher (issue 20): 200 sleeping workers, a chief
 and 2 ps that wait. Every task starts and ends well, the console shows one line per role
-and summary.json keeps every row. The figures (start time, CPU, RSS against a shell) are
-measured by bench/scale.py, not here."""
+and summary.json keeps every row. The workers print at once as they start: one thread
+reads every task's output (launcher/output/reader.py), and each log still holds its own
+task's output, complete, its last unfinished line included. The figures (start time, CPU,
+RSS against a shell) are measured by bench/scale.py, not here."""
 
 from __future__ import annotations
 
@@ -11,11 +13,14 @@ from pathlib import Path
 from support import run_dir, run_launch, wait_gone
 
 WORKERS = 200
+LINES = 30
+PRINT = (f'i=0; while [ $i -lt {LINES} ]; do echo "$TFCLUSTER_TASK_TYPE:$TFCLUSTER_TASK_INDEX $i"; '
+         'i=$((i+1)); done; sleep 1; printf "last of $TFCLUSTER_TASK_INDEX"')
 
 
 def test_two_hundred_sleeping_workers_start_end_and_are_shown_by_role(tmp_path: Path):
     spec = {"name": "many", "cluster": {"chief": 1, "worker": WORKERS, "ps": 2},
-            "command": ["sleep", "2"],
+            "command": ["sh", "-c", PRINT],
             "roles": {"chief": {"command": ["sleep", "3"]}, "ps": {"command": ["sleep", "600"]}},
             "model_dir": str(tmp_path / "model"), "run_dir": str(tmp_path / "runs"),
             "max_steps": 10, "timeouts": {"kill": 3}}
@@ -34,4 +39,12 @@ def test_two_hundred_sleeping_workers_start_end_and_are_shown_by_role(tmp_path: 
     assert len(rows) == WORKERS + 3
     assert {r["task"]: r["exit"] for r in rows}["chief:0"] == 0
     assert all(r["exit"] == 0 or r["stopped"] for r in rows)
+    logs = run_dir(tmp_path) / "logs"
+    ended = {r["task"] for r in rows if r["exit"] == 0 and not r["stopped"]}
+    assert ended
+    for i in range(WORKERS):
+        output = "".join(f"worker:{i} {n}\n" for n in range(LINES)) + f"last of {i}"
+        log = (logs / f"worker-{i}.log").read_text()
+        # complete when it ended by itself; a prefix when the end rules stopped it
+        assert log == output if f"worker:{i}" in ended else output.startswith(log)
     assert not wait_gone(timeout=10)
