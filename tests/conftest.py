@@ -80,14 +80,37 @@ def bed_group(nodeid: str) -> str | None:
     return None
 
 
+_SHARING: dict[str, bool] = {}
+
+
+def shares_a_run(path: str) -> bool:
+    """Whether a test module has a module-scoped fixture (one real run that its tests
+    share): its tests then go to one worker, so the run happens once, not once per worker."""
+    if path not in _SHARING:
+        try:
+            text = (REPO / path).read_text()
+        except OSError:
+            text = ""
+        _SHARING[path] = 'scope="module"' in text
+    return _SHARING[path]
+
+
+def work_unit(nodeid: str) -> str:
+    """What the scheduler hands a worker at once: a bed's tests, a module that shares a
+    run, or a single test."""
+    path = nodeid.partition("::")[0]
+    return bed_group(nodeid) or (path if shares_a_run(path) else nodeid)
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """Work units: a bed's tests together, every other test alone; the biggest first."""
+    """Work units (work_unit): a bed's tests together, a module that shares a run
+    together, every other test alone; the biggest first."""
     from xdist.scheduler import LoadScopeScheduling
 
     class BedScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return bed_group(nodeid) or nodeid
+            return work_unit(nodeid)
 
     return BedScheduling(config, log)
 

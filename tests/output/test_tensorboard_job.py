@@ -31,8 +31,8 @@ from support import (
     run_launch,
 )
 
-# one worker runs the module (its tests share one Estimator run)
-pytestmark = [pytest.mark.tf, pytest.mark.xdist_group("tensorboard_job")]
+# one worker runs the module (its tests share one Estimator run: tests/conftest.py)
+pytestmark = pytest.mark.tf
 URL_LINE = re.compile(r"TensorBoard: (http://\S+)")
 
 
