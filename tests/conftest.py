@@ -1,6 +1,7 @@
 """Fixtures for every test: a check that no test leaves a process of a tfcluster job
 behind, a run root outside the checkout and a check that the session wrote nothing into
-the checkout, and the tests of each machine-wide bed kept in one pytest-xdist worker.
+the checkout, the S3 server (``s3``, ``storage``), and the tests of each machine-wide bed
+kept in one pytest-xdist worker.
 Helpers are in support.py."""
 
 from __future__ import annotations
@@ -8,10 +9,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
+from infra.s3 import S3Server, start_s3
 from support import REPO, wait_gone
 
 # A session started in the background (`cmd &` in a script, nohup, CI runners) inherits
@@ -50,6 +54,26 @@ def scripted_backend():
         yield
 
 
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory) -> Iterator[S3Server]:
+    """A real S3 server (SeaweedFS, tests/infra/s3.py) for the session: the "s3" bed."""
+    server = start_s3(tmp_path_factory.mktemp("seaweedfs"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["local", "s3"])
+def storage(request, tmp_path):
+    """(model_dir URL, fsspec filesystem, storage_options) on local disk or on S3."""
+    if request.param == "local":
+        import fsspec
+
+        return str(tmp_path / "model"), fsspec.filesystem("file"), {}
+    server: S3Server = request.getfixturevalue("s3")
+    url = server.url(f"run-{uuid.uuid4().hex[:8]}/model")
+    return url, server.filesystem(), server.storage_options()
+
+
 @pytest.fixture
 def runs(tmp_path, monkeypatch) -> dict[str, str]:
     """A run root of the test's own (TFCLUSTER_RUNS), for `launch` and for every command
@@ -66,16 +90,18 @@ def runs(tmp_path, monkeypatch) -> dict[str, str]:
 # tests are known by where they are (xdist's own `--dist loadgroup` marks do not reach it
 # under pytest 9.2: the worker's suffix goes to a node attribute pytest no longer reads).
 BED_FOLDERS = {"tests/slurm/": "slurm", "tests/ssh/": "ssh", "tests/docker/": "docker"}
+# The folders whose tests use the S3 server (the ``s3`` and ``storage`` fixtures above).
+S3_FOLDERS = ("tests/coordinator/", "tests/orchestrator/")
 
 
 def bed_group(nodeid: str) -> str | None:
-    """The bed a test uses, from its id: its folder's, or "s3" for the coordinator's tests
+    """The bed a test uses, from its id: its folder's, or "s3" for the tests of S3_FOLDERS
     on the S3 server (``[s3]`` parameters, ``s3`` in their names); None for the others."""
     for folder, group in BED_FOLDERS.items():
         if nodeid.startswith(folder):
             return group
     path, _, name = nodeid.partition("::")
-    if path.startswith("tests/coordinator/") and ("s3" in name or "s3" in Path(path).name):
+    if path.startswith(S3_FOLDERS) and ("s3" in name or "s3" in Path(path).name):
         return "s3"
     return None
 

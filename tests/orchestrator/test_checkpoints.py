@@ -4,7 +4,7 @@ the order TensorFlow writes them."""
 from __future__ import annotations
 
 import pytest
-from tf_writes import FakeTrainer, index_header, state_text
+from coordinator.tf_writes import FakeTrainer, index_header, state_text
 
 from orchestrator.checkpoints import (
     CheckpointReader,

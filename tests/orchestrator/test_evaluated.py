@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
+from coordinator.tf_writes import FakeTrainer, tfrecord
 from test_coordinator import Clock
-from tf_writes import FakeTrainer, tfrecord
 
 from orchestrator.checkpoints import CheckpointReader
 from orchestrator.coordinator import Coordinator

@@ -1,5 +1,5 @@
 """Checkpoints are recognised by what TensorFlow writes, not by their names: real files
-written by TensorFlow 2.21 (tests/coordinator/real_checkpoints/README.md) — a TF1 Saver's,
+written by TensorFlow 2.21 (tests/orchestrator/real_checkpoints/README.md) — a TF1 Saver's,
 a CheckpointManager's ``model.ckpt-N`` (no ``.meta``) and Keras ``ckpt_{epoch}`` — are
 complete, and their steps are read from the files without TensorFlow."""
 

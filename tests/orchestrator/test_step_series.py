@@ -4,8 +4,8 @@ and the events say max_steps was reached only while the newest series is read al
 
 from __future__ import annotations
 
+from coordinator.tf_writes import FakeTrainer, tfrecord
 from test_coordinator import Clock, cluster, coordinator
-from tf_writes import FakeTrainer, tfrecord
 
 from orchestrator.step_series import StepSeries
 

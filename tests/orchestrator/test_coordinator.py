@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from tf_writes import FakeTrainer, tfrecord
+from coordinator.tf_writes import FakeTrainer, tfrecord
 
 from orchestrator.coordinator import Coordinator
 from orchestrator.decisions import TaskState
