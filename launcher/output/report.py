@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from launcher.errors import UsageError
 from launcher.output.metrics_table import format_value, metric_columns
+from launcher.runs.registry import read_record
 from orchestrator.metrics_file import MetricsRecord, read_metrics
 from orchestrator.tfformats import Scalar, scalars_in_dir
 
@@ -165,13 +166,7 @@ def load_run(run_dir: str, model_dir: str | None = None) -> RunData:
     plan_path = os.path.join(run_dir, "plan.json")
     if not os.path.isdir(run_dir):
         raise UsageError(f"run directory not found: {run_dir}")
-    try:
-        with open(plan_path, encoding="utf-8") as f:
-            plan = json.load(f)
-    except FileNotFoundError:
-        raise UsageError(f"{run_dir} is not a run directory: it has no plan.json") from None
-    except ValueError as e:
-        raise UsageError(f"{plan_path} is damaged: not JSON, or cut short ({e})") from None
+    plan = read_record(plan_path, f"{run_dir} is not a run directory: it has no plan.json")
     if not isinstance(plan, dict) or not isinstance(plan.get("model_dir", ""), str):
         raise UsageError(f"{plan_path} is damaged: not a plan of tfcluster; give --model-dir "
                          "and a run directory of tfcluster")

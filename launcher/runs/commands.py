@@ -121,6 +121,15 @@ def _run_parser(prog: str, description: str) -> argparse.ArgumentParser:
     return p
 
 
+def _rows_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """A run command that takes ``--all``: every task's row."""
+    p = _run_parser(prog, description)
+    p.add_argument("--all", action="store_true",
+                   help="one row per task (above 16 tasks: one line per role and the "
+                        "outliers)")
+    return p
+
+
 def _open_run(args: argparse.Namespace) -> tuple[str, dict]:
     """(run directory, state) of the RUN argument; RunError (exit 2) otherwise."""
     run_dir = find_run(args.run, args.root)
@@ -148,12 +157,9 @@ def list_main(argv: list[str]) -> int:
 
 # ---------------------------------------------------------------------- status
 def status_main(argv: list[str]) -> int:
-    p = _run_parser("status", "A run's state, progress and per-task rows. Exit 0 while it "
+    p = _rows_parser("status", "A run's state, progress and per-task rows. Exit 0 while it "
                                "runs or when it succeeded, 1 when it failed, was cancelled or "
                                "its launcher died.")
-    p.add_argument("--all", action="store_true",
-                   help="one row per task (above 16 tasks: one line per role and the "
-                        "outliers)")
     args = p.parse_args(argv)
     run_dir, state = _open_run(args)
     now, note = current_state(state)
@@ -262,11 +268,8 @@ def _print_new(logs: list[tuple[str, str]], offsets: dict[str, int], prefix: boo
 
 # ---------------------------------------------------------------------- cancel
 def cancel_main(argv: list[str]) -> int:
-    p = _run_parser("cancel", "Stop a run with the same ordered teardown as Ctrl-C; "
+    p = _rows_parser("cancel", "Stop a run with the same ordered teardown as Ctrl-C; "
                                "nothing is left running.")
-    p.add_argument("--all", action="store_true",
-                   help="one row per task (above 16 tasks: one line per role and the "
-                        "outliers)")
     args = p.parse_args(argv)
     run_dir, state = _open_run(args)
     now, _ = current_state(state)

@@ -145,19 +145,25 @@ def state_problem(state: Any) -> str | None:
     return None
 
 
-def read_state(run_dir: str) -> dict:
-    """The state of one run directory; RunError (one line) when it is missing, of another
-    version, truncated or damaged."""
-    path = os.path.join(run_dir, STATE_FILE)
+def read_record(path: str, missing: str) -> Any:
+    """One JSON file of a run directory (state.json, plan.json); RunError, one line:
+    ``missing`` when there is none, or naming the file when it is damaged or unreadable."""
     try:
         with open(path, encoding="utf-8") as f:
-            state = json.load(f)
+            return json.load(f)
     except FileNotFoundError:
-        raise RunError(f"{run_dir} is not a run directory (no {STATE_FILE})") from None
+        raise RunError(missing) from None
     except ValueError as e:
         raise RunError(f"{path} is damaged: not JSON, or cut short ({e})") from None
     except OSError as e:
         raise RunError(f"{path} cannot be read: {e.strerror or e}") from None
+
+
+def read_state(run_dir: str) -> dict:
+    """The state of one run directory; RunError (one line) when it is missing, of another
+    version, truncated or damaged."""
+    path = os.path.join(run_dir, STATE_FILE)
+    state = read_record(path, f"{run_dir} is not a run directory (no {STATE_FILE})")
     if not isinstance(state, dict) or "version" not in state:
         raise RunError(f"{path} is damaged: " + ("no version: not a state file of tfcluster"
                                                  if isinstance(state, dict)

@@ -172,8 +172,8 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
          "launcher.spec")),
     "launcher.output.report": (
         "`launch report`: a run's loss and metrics drawn (HTML, PNG)",
-        ("launcher.errors", "launcher.output", "launcher.preflight", "orchestrator",
-         "orchestrator.tfformats")),
+        ("launcher.errors", "launcher.output", "launcher.preflight", "launcher.runs.registry",
+         "orchestrator", "orchestrator.tfformats")),
     "launcher.cli": (
         "`launch`: a thin layer over the API and the run commands",
         ("launcher.api", "launcher.backends.remote_bootstrap", "launcher.crash",
