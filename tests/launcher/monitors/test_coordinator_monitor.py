@@ -7,7 +7,7 @@ import time
 from dataclasses import replace
 
 import fsspec
-from tf_writes import FakeTrainer
+from coordinator.tf_writes import FakeTrainer
 
 from launcher.events import EventLog, read_events
 from launcher.monitors.coordinator import CoordinatorMonitor
