@@ -4,18 +4,13 @@ and ETA, and the rate comes from a window of several polls, not from two polls 1
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import fsspec
+from coordinator.tf_writes import FakeTrainer
 from support import FakeClock
 
 from launcher.output.progress import progress_line
 from orchestrator.checkpoints import Checkpoint
 from orchestrator.coordinator import Coordinator, Progress
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "coordinator"))
-from tf_writes import FakeTrainer  # noqa: E402
 
 CKPT = Checkpoint("model.ckpt-80", "/m/model.ckpt-80", 80, "estimator", 1, 80)
 
