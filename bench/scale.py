@@ -14,8 +14,9 @@ Three parts (docs/benchmarks.md, "Scale"):
   fresh process per size: chief + N workers + N/10 ps over a 600 s job on a fake clock.
   CPU per task to start every task, CPU per task for the whole run, peak RSS.
 - monitors: one loop turn's monitor CPU for N running tasks (the coordinator's tick and
-  the liveness monitor's tick on the loop's thread; the liveness probe thread's gRPC calls
-  against N ports of one in-process gRPC server), as a share of one core.
+  the liveness monitor's tick on the loop's thread; the liveness probe thread's probes of
+  tasks that answered once, HTTP/2 PINGs, against N ports of one gRPC server in another
+  process; a GetStatus call for comparison), as a share of one core.
 
     .venv/bin/python bench/scale.py [--sizes 10 100 1000] [--sleep 5] [--rounds 1]
                                     [--parts local scripted monitors]
@@ -207,14 +208,15 @@ def monitors(sizes: list[int], turns: int = 200) -> None:
     from launcher.monitors import tick_every
     from launcher.monitors.coordinator import CoordinatorMonitor
     from launcher.monitors.liveness import GrpcProber, LivenessMonitor
+    from launcher.monitors.ping import PingProber
     from launcher.output.console import Console
     from orchestrator.coordinator import Coordinator
     from orchestrator.decisions import TaskState
 
     print("\nmonitors: N running tasks whose gRPC servers answer (another process)\n")
     print("| tasks | coordinator tick µs | liveness tick µs | ticks every s | probe period s | "
-          "probe CPU ms/call | monitors' share of a core |")
-    print("|---|---|---|---|---|---|---|")
+          "PING CPU ms/probe | (GetStatus ms/call) | monitors' share of a core |")
+    print("|---|---|---|---|---|---|---|---|")
 
     for n in sizes:
         server = subprocess.Popen([sys.executable, "-c", SERVER, str(n)], stdout=subprocess.PIPE,
@@ -226,9 +228,9 @@ def monitors(sizes: list[int], turns: int = 200) -> None:
             coordinator = CoordinatorMonitor(
                 Coordinator(tmp, max_steps=100, poll=1.0, stall=3600, startup=3600),
                 Console(open(os.devnull, "w"), open(os.devnull, "w")), None)  # noqa: SIM115
-            prober = GrpcProber()
-            liveness = LivenessMonitor(30, prober=prober, threaded=False,
-                                       startup=0.0, clock=time.monotonic)
+            prober, pinger = GrpcProber(), PingProber()
+            liveness = LivenessMonitor(30, prober=prober, pinger=pinger, threaded=False,
+                                       startup=3600.0, clock=time.monotonic)
             c0 = time.thread_time()
             for _ in range(turns):
                 coordinator.tick(tasks)
@@ -237,18 +239,21 @@ def monitors(sizes: list[int], turns: int = 200) -> None:
             for _ in range(turns):
                 liveness.tick(tasks)
             live_us = (time.thread_time() - c0) / turns * 1e6
-            liveness.poll_once()                    # channels made, then timed
+            liveness.poll_once()                    # GetStatus: every task answers once
             for w in liveness.liveness._watched.values():
                 w.asked_at = None
             c0 = time.process_time()
-            liveness.poll_once()
+            prober.ask_all(t.address for t in tasks)     # channels made: timed for comparison
+            grpc_ms = (time.process_time() - c0) / n * 1000
+            c0 = time.process_time()
+            liveness.poll_once()                    # PINGs: the steady state
             call_ms = (time.process_time() - c0) / n * 1000
+            assert liveness.liveness.not_answering() == [], "a PING was not answered"
             period = liveness.liveness.periods(time.monotonic())[0]
             share = (coord_us + live_us) / 1e6 / tick_every(n) + call_ms / 1000 * n / period
             print(f"| {n} | {coord_us:.0f} | {live_us:.0f} | {tick_every(n):g} | {period:g} | "
-                  f"{call_ms:.3f} | "
-                  f"{share * 100:.2f} % |")
-            prober.close()
+                  f"{call_ms:.3f} | {grpc_ms:.3f} | {share * 100:.2f} % |")
+            liveness.close()
             coordinator.close()
         server.kill()
         server.wait()

@@ -7,14 +7,17 @@ deadline (DEADLINE_EXCEEDED) when the process is frozen or its host cut off, and
 once (UNAVAILABLE) when nothing listens there yet.
 
 - ``GrpcProber`` asks many addresses at once (one channel per address, kept between polls),
-  so a poll takes at most one deadline however many tasks are silent.
+  so a poll takes at most one deadline however many tasks are silent. It asks a task until
+  it first answered (readiness: it serves TensorFlow's gRPC); from then on the cheaper
+  ``PingProber`` (launcher/monitors/ping.py: an HTTP/2 PING, ~4x less CPU) asks whether it
+  is still alive; a poll takes at most two deadlines.
 - ``Liveness`` (rules, no I/O, injected clock): a task that answered once since it started
   and then has not answered for ``unresponsive`` seconds is lost; one that never answered
   is still starting (importing TensorFlow), never lost. A task is asked every
   ``READY_PERIOD`` s until it first answered (for the first ``timeouts.start`` s), then
   every ``period`` s.
-- At scale the probes keep to ``PROBE_RATE`` calls a second (one call costs ~0.6 ms of the
-  launcher's CPU; 1 % of a core), so the periods grow with the number of tasks N: every
+- At scale the probes keep to ``PROBE_RATE`` calls a second (a PING costs ~0.1 ms of the
+  launcher's CPU, a GetStatus call ~0.6 ms), so the periods grow with the number of tasks N: every
   ``max(period, N / PROBE_RATE)`` s, a ps not answered yet every
   ``max(READY_PERIOD, ps / PROBE_RATE)`` s and the others not answered yet no faster than
   ``READY_PERIOD`` s times their count over ``PROBE_RATE``. A task is lost only after two
@@ -44,7 +47,7 @@ SERVER_ROLES = ("ps", "chief", "master", "worker")   # the evaluator runs no TF 
 PROBE_PERIOD = 2.0        # seconds between liveness polls
 PROBE_DEADLINE = 1.0      # seconds one GetStatus call may take
 READY_PERIOD = 0.2        # seconds between probes of a task that has not answered yet
-PROBE_RATE = 16.0         # at most about this many calls a second: 1 % of a core
+PROBE_RATE = 16.0         # at most about this many probes a second (PINGs: ~0.15 % of a core)
 # No proxy (grpcio honours http_proxy), and a short reconnect backoff so a task that starts
 # listening is seen within a second instead of after grpc's default backoff (up to 120 s).
 CHANNEL_OPTIONS = (
@@ -288,10 +291,14 @@ class LivenessMonitor:
 
     def __init__(self, unresponsive: float, events=None, *, period: float = PROBE_PERIOD,
                  startup: float = 60.0, prober: Prober | None = None,
+                 pinger: Prober | None = None,
                  clock: Callable[[], float] = time.monotonic, threaded: bool = True):
+        """``prober`` asks a task until it first answered, ``pinger`` from then on (given a
+        ``prober`` alone, it asks both; by default ``GrpcProber`` and ``PingProber``)."""
         self.liveness = Liveness(unresponsive, period, startup, clock)
         self.events = events
         self.prober = prober
+        self.pinger = pinger if pinger is not None or prober is None else prober
         self.clock = clock
         self.threaded = threaded
         self._stop = threading.Event()
@@ -307,8 +314,8 @@ class LivenessMonitor:
                    if t.type in SERVER_ROLES and t.running and not t.stopped
                    and t.started_at is not None}
         for gone in self.liveness.watch(targets):
-            if self.prober is not None:
-                self.prober.forget(gone.address)
+            for prober in self._probers():
+                prober.forget(gone.address)
         if self.threaded and self._thread is None and targets:
             self._thread = threading.Thread(target=self._loop, name="liveness", daemon=True)
             self._thread.start()
@@ -337,6 +344,10 @@ class LivenessMonitor:
     def reason(self, lost: Lost) -> str:
         return lost_reason(lost.name, lost.address, self.liveness.lost_after)
 
+    def _probers(self) -> list[Prober]:
+        """The probers made so far, each once."""
+        return list({id(p): p for p in (self.prober, self.pinger) if p is not None}.values())
+
     def _note(self, event: str, **fields: Any) -> None:
         with self._lock:
             self._seen.append((event, fields))
@@ -353,9 +364,19 @@ class LivenessMonitor:
         targets = self.liveness.due()
         if not targets:
             return
-        if self.prober is None:
-            self.prober = GrpcProber()
-        answers = self.prober.ask_all(a for a, _ in targets.values())
+        pinged = {a for n, (a, since) in targets.items() if self.liveness.answered(n, since)}
+        starting = [a for a, _ in targets.values() if a not in pinged]
+        answers = {}
+        if starting:
+            if self.prober is None:
+                self.prober = GrpcProber()
+            answers.update(self.prober.ask_all(starting))
+        if pinged:
+            if self.pinger is None:
+                from launcher.monitors.ping import PingProber
+
+                self.pinger = PingProber()
+            answers.update(self.pinger.ask_all(pinged))
         at = self.clock()
         by_name = {n: answers[a] for n, (a, _) in targets.items() if a in answers}
         asked = {n: since for n, (_, since) in targets.items()}
@@ -375,9 +396,9 @@ class LivenessMonitor:
     def close(self) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=PROBE_DEADLINE + 5)
-        if self.prober is not None:
-            self.prober.close()
+            self._thread.join(timeout=2 * PROBE_DEADLINE + 5)
+        for prober in self._probers():
+            prober.close()
 
 
 def liveness_monitor(plan, backend, events=None) -> LivenessMonitor | None:

@@ -1,6 +1,7 @@
 """The gRPC probe against a real TensorFlow server (TF 2.15, what a ps runs): ready once it
 listens, answers while alive, runs into its deadline while frozen (SIGSTOP), answers again
-once continued, and fails at once when nothing listens."""
+once continued, and fails at once when nothing listens. The cheap probe (an HTTP/2 PING,
+launcher/monitors/ping.py) says the same at each step."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from support import PY_TF215
 
 from launcher.backends.local import free_port
 from launcher.monitors.liveness import GrpcProber
+from launcher.monitors.ping import PingProber
 
 SERVER = str(Path(__file__).with_name("jobs") / "tf_server.py")
 pytestmark = [pytest.mark.tf]
@@ -49,6 +51,7 @@ def tf_ps():
 def test_probe_follows_a_real_tf_server_through_start_freeze_and_death(tf_ps):
     address, proc = tf_ps
     prober = GrpcProber(deadline=1.0)
+    pinger = PingProber(deadline=1.0)
     try:
         assert prober.ask(address).code == "UNAVAILABLE"     # still importing TensorFlow
         deadline = time.monotonic() + 60
@@ -56,16 +59,23 @@ def test_probe_follows_a_real_tf_server_through_start_freeze_and_death(tf_ps):
             time.sleep(0.1)
         live = prober.ask(address)
         assert live.ok and live.took < 1.0
+        pinged = pinger.ask_all([address])[address]
+        assert pinged.ok and pinged.took < 1.0
         os.killpg(proc.pid, signal.SIGSTOP)
         wait_status(proc.pid, psutil.STATUS_STOPPED)
         frozen = prober.ask(address)
         assert (frozen.ok, frozen.code) == (False, "DEADLINE_EXCEEDED")
         assert frozen.took >= 0.9
+        frozen = pinger.ask_all([address])[address]
+        assert (frozen.ok, frozen.code) == (False, "DEADLINE_EXCEEDED")
         os.killpg(proc.pid, signal.SIGCONT)
         assert prober.ask(address).ok
+        assert pinger.ask_all([address])[address].ok
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         gone = prober.ask(address)
+        assert (gone.ok, gone.code) == (False, "UNAVAILABLE")
+        gone = pinger.ask_all([address])[address]
         assert (gone.ok, gone.code) == (False, "UNAVAILABLE")
     finally:
         prober.close()
