@@ -91,7 +91,7 @@ def runs(tmp_path, monkeypatch) -> dict[str, str]:
 # under pytest 9.2: the worker's suffix goes to a node attribute pytest no longer reads).
 BED_FOLDERS = {"tests/slurm/": "slurm", "tests/ssh/": "ssh", "tests/docker/": "docker"}
 # The folders whose tests use the S3 server (the ``s3`` and ``storage`` fixtures above).
-S3_FOLDERS = ("tests/coordinator/", "tests/orchestrator/")
+S3_FOLDERS = ("tests/coordinator/", "tests/orchestrator/", "tests/launcher/preflight/")
 
 
 def bed_group(nodeid: str) -> str | None:

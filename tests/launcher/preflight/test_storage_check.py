@@ -10,8 +10,8 @@ from pathlib import Path
 
 import fsspec
 import pytest
+from coordinator.tf_writes import FakeTrainer
 from support import PY_TF215, run_launch
-from tf_writes import FakeTrainer
 
 from launcher.api import parse_spec
 from launcher.backends.local import LocalBackend

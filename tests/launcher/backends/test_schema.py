@@ -1,18 +1,19 @@
-"""The spec's JSON Schema agrees with the parser on the example specs and on typical
+"""The spec's JSON Schema (its backend sections from the options each backend declares,
+launcher/backends/options.py) agrees with the parser on the example specs and on typical
 mistakes."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import jsonschema
 import pytest
+from support import REPO
 
 from launcher.api import parse_spec
 from launcher.errors import SpecError
 
-SPECS = Path(__file__).resolve().parents[2] / "cluster_specs"
+SPECS = REPO / "cluster_specs"
 SCHEMA = json.loads((SPECS / "schema.json").read_text())
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 
