@@ -9,7 +9,7 @@ from conftest import work_unit
 def test_a_bed_s_tests_are_one_unit():
     assert work_unit("tests/slurm/test_slurm_jobs.py::test_a") == "slurm"
     assert work_unit("tests/docker/test_image.py::test_b") == "docker"
-    assert work_unit("tests/coordinator/test_checkpoints.py::test_x[s3]") == "s3"
+    assert work_unit("tests/orchestrator/test_checkpoints.py::test_x[s3]") == "s3"
 
 
 def test_a_module_that_shares_a_run_is_one_unit():
