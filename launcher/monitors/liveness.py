@@ -6,11 +6,12 @@ address. One unary call of ``/tensorflow.WorkerService/GetStatus`` with an empty
 deadline (DEADLINE_EXCEEDED) when the process is frozen or its host cut off, and fails at
 once (UNAVAILABLE) when nothing listens there yet.
 
-- ``GrpcProber`` asks many addresses at once (one channel per address, kept between polls),
-  so a poll takes at most one deadline however many tasks are silent. It asks a task until
-  it first answered (readiness: it serves TensorFlow's gRPC); from then on the cheaper
-  ``PingProber`` (launcher/monitors/ping.py: an HTTP/2 PING, ~4x less CPU) asks whether it
-  is still alive; a poll takes at most two deadlines.
+- ``PingProber`` (launcher/monitors/ping.py) asks many addresses at once with an HTTP/2
+  PING (~0.1 ms of the launcher's CPU); ``GrpcProber`` asks GetStatus, through one channel
+  per address. Every probe is a PING; a task that answers it and has not answered
+  GetStatus since its start is asked GetStatus once (readiness: it serves TensorFlow's
+  gRPC), whose channel is then closed. No gRPC channel retries its connection to a task
+  still importing TensorFlow; a poll takes at most two deadlines.
 - ``Liveness`` (rules, no I/O, injected clock): a task that answered once since it started
   and then has not answered for ``unresponsive`` seconds is lost; one that never answered
   is still starting (importing TensorFlow), never lost. A task is asked every
@@ -293,8 +294,9 @@ class LivenessMonitor:
                  startup: float = 60.0, prober: Prober | None = None,
                  pinger: Prober | None = None,
                  clock: Callable[[], float] = time.monotonic, threaded: bool = True):
-        """``prober`` asks a task until it first answered, ``pinger`` from then on (given a
-        ``prober`` alone, it asks both; by default ``GrpcProber`` and ``PingProber``)."""
+        """``pinger`` asks every probe, ``prober`` GetStatus of a task that answered the
+        PING and not yet GetStatus (given a ``prober`` alone, it asks every probe; by
+        default ``PingProber`` and ``GrpcProber``)."""
         self.liveness = Liveness(unresponsive, period, startup, clock)
         self.events = events
         self.prober = prober
@@ -364,19 +366,25 @@ class LivenessMonitor:
         targets = self.liveness.due()
         if not targets:
             return
-        pinged = {a for n, (a, since) in targets.items() if self.liveness.answered(n, since)}
-        starting = [a for a, _ in targets.values() if a not in pinged]
-        answers = {}
-        if starting:
-            if self.prober is None:
-                self.prober = GrpcProber()
-            answers.update(self.prober.ask_all(starting))
-        if pinged:
-            if self.pinger is None:
-                from launcher.monitors.ping import PingProber
+        if self.pinger is None:
+            from launcher.monitors.ping import PingProber
 
-                self.pinger = PingProber()
-            answers.update(self.pinger.ask_all(pinged))
+            self.pinger = PingProber()
+        answers = self.pinger.ask_all(a for a, _ in targets.values())
+        if self.pinger is not self.prober:
+            # one that listens and never answered GetStatus is asked it once (does it serve
+            # TensorFlow's gRPC?); that channel is closed once it answered
+            listening = [a for n, (a, since) in targets.items()
+                         if a in answers and answers[a].ok
+                         and not self.liveness.answered(n, since)]
+            if listening:
+                if self.prober is None:
+                    self.prober = GrpcProber()
+                checked = self.prober.ask_all(listening)
+                answers.update(checked)
+                for address, answer in checked.items():
+                    if answer.ok:
+                        self.prober.forget(address)
         at = self.clock()
         by_name = {n: answers[a] for n, (a, _) in targets.items() if a in answers}
         asked = {n: since for n, (_, since) in targets.items()}

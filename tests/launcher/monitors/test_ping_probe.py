@@ -76,10 +76,13 @@ def test_a_frozen_task_is_found_by_its_pings_after_answering_get_status():
         monitor.tick(task)
         monitor.poll_once()                             # GetStatus: it serves TF's gRPC
         assert monitor.answered("ps:0", 0.0) and monitor.not_answering() == []
-        pings = []
+        pings: list[list[str]] = []
         original = pinger.ask_all
-        pinger.ask_all = lambda addresses: pings.append(list(addresses)) or \
-            original(addresses)                         # type: ignore[method-assign]
+
+        def ask_all(addresses):
+            pings.append(list(addresses))
+            return original(pings[-1])
+        pinger.ask_all = ask_all                        # type: ignore[method-assign]
         now[0] = 1.0
         monitor.poll_once()
         assert pings == [[address]] and monitor.not_answering() == []
