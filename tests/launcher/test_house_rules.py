@@ -4,7 +4,9 @@ it: ``python tests/launcher/test_house_rules.py``), no circle in the import grap
 inside functions and under TYPE_CHECKING count), no import back up the floors, engine
 modules imported only inside launcher/backends/, orchestrator/ never imports launcher/,
 importing a backend never imports the job loop, the launcher's start-up never imports
-TensorFlow, a backend never sees the spec, and a new engine is one registry line."""
+TensorFlow, a backend never sees the spec, a new engine is one registry line, and the unit
+tests mirror the code (every folder of tests under tests/launcher and tests/orchestrator is
+named like a package; docs/architecture.md shows them, generated here too)."""
 
 from __future__ import annotations
 
@@ -22,6 +24,9 @@ ENGINES = ("local", "ssh", "slurm", "kubernetes", "docker")
 DOC = REPO / "docs" / "architecture.md"
 BEGIN = "<!-- rooms: generated from ROOMS in tests/launcher/test_house_rules.py -->"
 END = "<!-- /rooms -->"
+TESTS = REPO / "tests"
+LAYOUT_BEGIN = "<!-- test layout: generated from tests/launcher and tests/orchestrator -->"
+LAYOUT_END = "<!-- /test layout -->"
 
 # The rooms, from the ground floor up: a module belongs to the longest room that names it
 # or its package. Each room may import the rooms listed (always below it: no arrow runs
@@ -274,6 +279,27 @@ def rooms_table() -> str:
     return "\n".join(lines)
 
 
+def unit_test_folders() -> list[Path]:
+    """The folders of test modules under tests/launcher and tests/orchestrator (folders of
+    data only, such as tests/orchestrator/real_checkpoints/, left out)."""
+    return sorted(d for package in PACKAGES
+                  for d in [TESTS / package, *(TESTS / package).rglob("*")]
+                  if d.is_dir() and any(d.glob("test_*.py")))
+
+
+def layout_table() -> str:
+    """The unit-test folders as docs/architecture.md shows them: each beside its package."""
+    lines = ["| unit tests | of the package |", "|---|---|"]
+    for folder in unit_test_folders():
+        lines.append(f"| `{folder.relative_to(REPO)}/` | `{folder.relative_to(TESTS)}/` |")
+    return "\n".join(lines)
+
+
+def generated(text: str, begin: str, end: str) -> str:
+    assert begin in text and end in text, f"{DOC} lacks the markers {begin} {end}"
+    return text.split(begin, 1)[1].split(end, 1)[0].strip()
+
+
 def test_every_module_has_a_room():
     assert [m for m in module_files() if room_of(m) is None] == []
 
@@ -302,10 +328,23 @@ def test_engine_modules_are_imported_only_inside_launcher_backends():
 
 
 def test_docs_architecture_shows_the_rooms_table():
-    text = DOC.read_text()
-    assert BEGIN in text and END in text, f"{DOC} lacks the generated table's markers"
-    shown = text.split(BEGIN, 1)[1].split(END, 1)[0].strip()
-    assert shown == rooms_table(), \
+    assert generated(DOC.read_text(), BEGIN, END) == rooms_table(), \
+        "docs/architecture.md is out of date: python tests/launcher/test_house_rules.py"
+
+
+def test_unit_tests_mirror_the_code():
+    """Every folder of tests under tests/launcher and tests/orchestrator is named like a
+    package of the code and holds that package's unit tests (tests/launcher/monitors/:
+    launcher/monitors/), so a module's fast tests are found where the module is."""
+    assert {"tests/launcher", "tests/orchestrator"} <= \
+        {str(f.relative_to(REPO)) for f in unit_test_folders()}
+    assert [f"{f.relative_to(REPO)}/ names no package of the code"
+            for f in unit_test_folders()
+            if not (REPO / f.relative_to(TESTS) / "__init__.py").is_file()] == []
+
+
+def test_docs_architecture_shows_the_test_layout():
+    assert generated(DOC.read_text(), LAYOUT_BEGIN, LAYOUT_END) == layout_table(), \
         "docs/architecture.md is out of date: python tests/launcher/test_house_rules.py"
 
 pytestmark = pytest.mark.usefixtures("scripted_backend")
@@ -378,11 +417,14 @@ def test_a_backend_registered_in_one_line_runs_a_job_through_the_real_job_loop(t
 
 
 def write_doc() -> None:
-    """Write the rooms table into docs/architecture.md between its markers."""
+    """Write the rooms table and the test layout into docs/architecture.md, each between
+    its markers."""
     text = DOC.read_text()
-    head, rest = text.split(BEGIN, 1)
-    tail = rest.split(END, 1)[1]
-    DOC.write_text(f"{head}{BEGIN}\n{rooms_table()}\n{END}{tail}")
+    for begin, end, body in ((BEGIN, END, rooms_table()),
+                             (LAYOUT_BEGIN, LAYOUT_END, layout_table())):
+        head, rest = text.split(begin, 1)
+        text = f"{head}{begin}\n{body}\n{end}{rest.split(end, 1)[1]}"
+    DOC.write_text(text)
 
 
 if __name__ == "__main__":
