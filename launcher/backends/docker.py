@@ -177,6 +177,7 @@ class DockerBackend(Backend):
     name = "docker"
     OPTIONS = DockerOptions
     places_gpus = True
+    start_threads = 4           # `docker run` clients start off the job loop's thread
     options: DockerOptions
 
     def __init__(self, options: DockerOptions | None = None, *, remap: bool = False,
