@@ -336,11 +336,12 @@ class Job:
                 run.restarts += 1
                 self.tasks.start(run)
 
-    def _training(self) -> TrainingView:
-        """What model_dir says (the coordinator's view), as the end rules read it."""
+    def _training(self, tasks: list[TaskState]) -> TrainingView:
+        """What model_dir says (the coordinator's view), as the end rules read it;
+        ``tasks``: this turn's snapshot."""
         view = self.training() if self.training is not None else \
             TrainingView(max_steps=self.plan.max_steps)
-        view = own_evaluations(view, self.snapshot())
+        view = own_evaluations(view, tasks)
         if self.reached_at is not None:
             view = replace(view, reached_at=self.reached_at)
         return view
@@ -353,7 +354,7 @@ class Job:
         if self.trainers_done_at is None and not any(
                 t.type in TRAINERS and (t.running or t.restarting) for t in tasks):
             self.trainers_done_at = now
-        step = end_step(now, tasks, self._training(), self.timeouts, self.plan.synchronous,
+        step = end_step(now, tasks, self._training(tasks), self.timeouts, self.plan.synchronous,
                         self.trainers_done_at, self.training_done_at,
                         estimator=self.plan.strategy == "estimator")
         if step.stop:

@@ -80,17 +80,15 @@ class TaskRun:
         quiet_since = self.last_output if self.last_output is not None else \
             self.started if self.started is not None else now
         running = self.running
-        return TaskState(self.name, self.task.type, self.task.address, alive=not ended,
-                         exit_status=state_words(self.status, running, self.stopped)
-                         if ended else None,
-                         stopped=self.stopped, restarts=self.restarts,
-                         started_at=self.started, restarting=restarting,
-                         running=running, status=self.status, ended_at=self.ended,
-                         quiet_for=now - quiet_since,
-                         last_line=self.tail[-1] if self.tail else "",
-                         duration=self.duration(now), log=self.log_path,
-                         pid=self.handle.pid if self.handle is not None else None,
-                         gpus=self.task.gpus, evaluated=self.evaluated)
+        return TaskState.of(
+            name=self.name, type=self.task.type, address=self.task.address, alive=not ended,
+            exit_status=state_words(self.status, running, self.stopped) if ended else None,
+            stopped=self.stopped, restarts=self.restarts, started_at=self.started,
+            restarting=restarting, running=running, status=self.status, ended_at=self.ended,
+            quiet_for=now - quiet_since, last_line=self.tail[-1] if self.tail else "",
+            duration=self.duration(now), log=self.log_path,
+            pid=self.handle.pid if self.handle is not None else None, gpus=self.task.gpus,
+            evaluated=self.evaluated)
 
 
 def restarted(task: TaskPlan, restarts: int) -> TaskPlan:

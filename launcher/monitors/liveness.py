@@ -39,14 +39,14 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
+from launcher.monitors.probe import PROBE_DEADLINE, Answer, Prober
 from orchestrator.decisions import LOST, Decision, TaskState
 
 GET_STATUS = "/tensorflow.WorkerService/GetStatus"
 SERVER_ROLES = ("ps", "chief", "master", "worker")   # the evaluator runs no TF server
 PROBE_PERIOD = 2.0        # seconds between liveness polls
-PROBE_DEADLINE = 1.0      # seconds one GetStatus call may take
 READY_PERIOD = 0.2        # seconds between probes of a task that has not answered yet
 PROBE_RATE = 16.0         # at most about this many probes a second (PINGs: ~0.15 % of a core)
 # No proxy (grpcio honours http_proxy), and a short reconnect backoff so a task that starts
@@ -57,24 +57,6 @@ CHANNEL_OPTIONS = (
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 500),
 )
-
-
-@dataclass(frozen=True)
-class Answer:
-    """One probe: ``ok`` when the server answered; ``code`` is grpc's status name
-    (OK, DEADLINE_EXCEEDED: frozen or cut off, UNAVAILABLE: nothing listens)."""
-
-    ok: bool
-    code: str
-    took: float = 0.0
-
-
-class Prober(Protocol):
-    def ask_all(self, addresses: Iterable[str]) -> dict[str, Answer]: ...
-
-    def forget(self, address: str) -> None: ...
-
-    def close(self) -> None: ...
 
 
 class GrpcProber:

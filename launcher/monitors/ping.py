@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from launcher.monitors.liveness import PROBE_DEADLINE, Answer
+from launcher.monitors.probe import PROBE_DEADLINE, Answer
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 SETTINGS, PING, GOAWAY = 0x4, 0x6, 0x7

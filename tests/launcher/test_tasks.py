@@ -49,3 +49,20 @@ def test_a_task_about_to_restart_is_alive_and_its_exit_still_shows_in_tables():
     assert row == {"task": "worker:1", "address": "localhost:2223", "gpus": None,
                    "exit": -signal.SIGKILL, "status": "killed (SIGKILL)", "stopped": False,
                    "restarts": 1, "duration": 3.0, "log": "/runs/r/logs/worker-1.log"}
+
+
+def test_the_snapshot_made_the_fast_way_is_the_dataclass_a_constructor_makes():
+    """TaskState.of (no frozen __init__: the job loop makes one per task per tick) gives an
+    equal, frozen TaskState, and refuses a field left out."""
+    import dataclasses
+
+    import pytest
+
+    from orchestrator.decisions import TaskState
+
+    t = run_of(handle=Handle(), started=10.0, last_output=14.0).snapshot(now=15.0)
+    assert type(t) is TaskState and t == TaskState(**dataclasses.asdict(t))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        t.alive = False     # type: ignore[misc]
+    with pytest.raises(TypeError, match="evaluated"):
+        TaskState.of(**{k: v for k, v in dataclasses.asdict(t).items() if k != "evaluated"})
