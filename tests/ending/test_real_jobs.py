@@ -77,11 +77,12 @@ def test_input_for_ever_and_no_max_steps_in_the_script_ends_at_max_steps(tmp_pat
 
 
 MIGRATION = shell("migration_guide_estimator.py")
+CHIEF_AND_PS = {"chief": 1, "ps": 1}        # where the rule is the chief's model_dir alone
 
 
 def test_a_script_without_model_dir_writes_into_the_spec_s_model_dir(tmp_path):
     """The migration guide's Estimator gets no model_dir: TF_CONFIG carries the spec's."""
-    proc, summary, _ = launch(tmp_path, {"command": MIGRATION,
+    proc, summary, _ = launch(tmp_path, {"command": MIGRATION, "cluster": CHIEF_AND_PS,
                                          "env": {"TMPDIR": str(tmp_path)}})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert sorted((tmp_path / "model").glob("model.ckpt-*.index"))
@@ -90,7 +91,7 @@ def test_a_script_without_model_dir_writes_into_the_spec_s_model_dir(tmp_path):
 
 def test_without_model_dir_in_tf_config_the_closing_line_says_nothing_was_written(tmp_path):
     proc, summary, _ = launch(tmp_path, {"command": MIGRATION, "max_steps": 3,
-                                         "tf_config_model_dir": False,
+                                         "cluster": CHIEF_AND_PS, "tf_config_model_dir": False,
                                          "env": {"TMPDIR": str(tmp_path)}})
     assert not list((tmp_path / "model").glob("model.ckpt-*"))
     assert f"note: no checkpoint was written into model_dir {tmp_path / 'model'} although " \
