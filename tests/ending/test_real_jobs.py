@@ -1,7 +1,8 @@
 """Real TensorFlow 2.15 jobs of scripts as users write them (tests/thirdparty/), ended by
 the launcher at max_steps with the final checkpoint evaluated.
 
-Budget: about 1.5 minutes on 2 cores (each job is 5 TensorFlow processes for 8-20 s)."""
+Each job is a chief, a worker and a ps (and the evaluator where the test names one): 2-4
+TensorFlow processes for 8-20 s; more workers would add nothing these rules look at."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from support import PY_TF215, REPO, run_launch
 
 pytestmark = pytest.mark.tf
 THIRDPARTY = REPO / "tests" / "thirdparty"
-FIVE = {"chief": 1, "worker": 2, "ps": 1}
+TRAINERS_AND_PS = {"chief": 1, "worker": 1, "ps": 1}
 
 
 def shell(script: str, *args: str) -> list[str]:
@@ -24,7 +25,7 @@ def shell(script: str, *args: str) -> list[str]:
 
 
 def launch(tmp_path: Path, doc: dict) -> tuple[object, dict, list[dict]]:
-    doc = {"model_dir": str(tmp_path / "model"), "cluster": FIVE, **doc}
+    doc = {"model_dir": str(tmp_path / "model"), "cluster": TRAINERS_AND_PS, **doc}
     spec = tmp_path / "cluster.json"
     spec.write_text(json.dumps(doc))
     run_dir = tmp_path / "run"
@@ -68,7 +69,7 @@ def test_input_for_ever_and_no_max_steps_in_the_script_ends_at_max_steps(tmp_pat
     assert proc.returncode == 0, proc.stderr[-3000:]
     stops = {tuple(e["tasks"]): e["reason"] for e in events if e["event"] == "stopping"}
     assert "still moving: the script ignores max_steps" in \
-        stops[("chief:0", "worker:0", "worker:1")]
+        stops[("chief:0", "worker:0")]
     assert stops[("evaluator:0",)].startswith("the final checkpoint (step ")
     final = summary["final_step"]
     assert final >= 200 and summary["evaluated_step"] == final
