@@ -17,6 +17,7 @@ import psutil
 import pytest
 from infra.s3 import S3Server, start_s3
 from support import REPO, wait_gone
+from work_units import work_unit
 
 # A session started in the background (`cmd &` in a script, nohup, CI runners) inherits
 # SIGINT and SIGHUP ignored, and so would every `launch` and shell it starts (`launch` keeps
@@ -83,51 +84,8 @@ def runs(tmp_path, monkeypatch) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------- beds and workers
-# `scripts/test.sh` runs the suite in several pytest-xdist workers. The tests of one
-# machine-wide bed (tests/infra; each started once per session by a session fixture) run
-# in one worker, so each bed starts once and the beds run side by side, while every other
-# test goes to whichever worker is free. The scheduler sees only test ids, so a bed's
-# tests are known by where they are (xdist's own `--dist loadgroup` marks do not reach it
-# under pytest 9.2: the worker's suffix goes to a node attribute pytest no longer reads).
-BED_FOLDERS = {"tests/slurm/": "slurm", "tests/ssh/": "ssh", "tests/docker/": "docker"}
-# The folders whose tests use the S3 server (the ``s3`` and ``storage`` fixtures above).
-S3_FOLDERS = ("tests/coordinator/", "tests/orchestrator/", "tests/launcher/preflight/")
-
-
-def bed_group(nodeid: str) -> str | None:
-    """The bed a test uses, from its id: its folder's, or "s3" for the tests of S3_FOLDERS
-    on the S3 server (``[s3]`` parameters, ``s3`` in their names); None for the others."""
-    for folder, group in BED_FOLDERS.items():
-        if nodeid.startswith(folder):
-            return group
-    path, _, name = nodeid.partition("::")
-    if path.startswith(S3_FOLDERS) and ("s3" in name or "s3" in Path(path).name):
-        return "s3"
-    return None
-
-
-_SHARING: dict[str, bool] = {}
-
-
-def shares_a_run(path: str) -> bool:
-    """Whether a test module has a module-scoped fixture (one real run that its tests
-    share): its tests then go to one worker, so the run happens once, not once per worker."""
-    if path not in _SHARING:
-        try:
-            text = (REPO / path).read_text()
-        except OSError:
-            text = ""
-        _SHARING[path] = 'scope="module"' in text
-    return _SHARING[path]
-
-
-def work_unit(nodeid: str) -> str:
-    """What the scheduler hands a worker at once: a bed's tests, a module that shares a
-    run, or a single test."""
-    path = nodeid.partition("::")[0]
-    return bed_group(nodeid) or (path if shares_a_run(path) else nodeid)
-
-
+# `scripts/test.sh` runs the suite in several pytest-xdist workers; tests/work_units.py
+# says which tests go to one worker together.
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
     """Work units (work_unit): a bed's tests together, a module that shares a run

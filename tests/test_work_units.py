@@ -3,7 +3,7 @@ one worker, a module sharing one real run in one worker, every other test alone.
 
 from __future__ import annotations
 
-from conftest import work_unit
+from work_units import work_unit
 
 
 def test_a_bed_s_tests_are_one_unit():
