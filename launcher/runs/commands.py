@@ -268,7 +268,7 @@ def _print_new(logs: list[tuple[str, str]], offsets: dict[str, int], prefix: boo
 
 # ---------------------------------------------------------------------- cancel
 def cancel_main(argv: list[str]) -> int:
-    p = _rows_parser("cancel", "Stop a run with the same ordered teardown as Ctrl-C; "
+    p = _run_parser("cancel", "Stop a run with the same ordered teardown as Ctrl-C; "
                                "nothing is left running.")
     args = p.parse_args(argv)
     run_dir, state = _open_run(args)
