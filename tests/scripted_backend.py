@@ -138,7 +138,7 @@ class ScriptedBackend(Backend):
 
 @contextlib.contextmanager
 def scripted_registered() -> Iterator[None]:
-    """``"backend": "scripted"`` works inside (tests/launcher/conftest.py uses it)."""
+    """``"backend": "scripted"`` works inside (tests/conftest.py's ``scripted_backend``)."""
     register("scripted", ScriptedBackend)      # the one line that makes it a backend
     try:
         yield
