@@ -1,24 +1,29 @@
-"""Runs on a remote host, sent there by the ssh backend: starts one task, relays signals to
-its process group, and ends that group when the launcher goes away.
+"""Runs on a remote host, sent there by the ssh backend: starts every task of that host,
+relays signals to each task's process group, and ends them all when the launcher goes away.
 
 Plain standard library, Python 3.6+; no shell ever sees the task's arguments or environment.
-The ssh backend runs ``PYTHON -c STUB`` (``STUB`` below) and writes to its stdin:
+The ssh backend runs ``PYTHON -c STUB`` (``STUB`` below), once per host, and writes to its
+stdin:
 
 1. this file's source, as one JSON string (the stub reads it and runs it);
 2. JSON messages, one a line: ``{"nonce", "check": [...], "gpu_query"}`` checks programs
    and working directories and asks nvidia-smi for the host's GPUs (preflight) and
-   ``{"nonce", "probe": {"argv", "env", "cwd", "timeout"}}``
-   runs a short command; each is answered by one JSON line on stdout. Then
-   ``{"nonce", "argv", "env", "cwd", "grace"}`` runs the task, the last message;
-3. then control lines, each a signal number for the task's process group (``0``: only a
-   sign of life, sent every few seconds).
+   ``{"nonce", "probe": {"argv", "env", "cwd", "timeout"}}`` runs a short command; each is
+   answered by one JSON line on stdout, and comes before any task.
+   ``{"nonce", "run": ID, "task", "argv", "env", "cwd", "grace", "silence"}`` starts a task
+   (as many as the host runs; no answer awaited: one round trip for all of them);
+3. control lines: ``ID SIGNAL`` sends a signal to task ID's process group; ``0`` is a sign
+   of life, sent every few seconds, answered by ``NONCE alive``.
+
+Once a task runs, stdout carries frames: ``NONCE out ID LEN`` and LEN bytes of task ID's
+output (its stdout and stderr; LEN 0: its output ended), and status lines ``NONCE status
+{"task": ID, "started": PID}`` and ``{"task": ID, "exit": STATUS}`` (negative: signal;
+with ``"refused"``: the line saying why its command never ran).
 
 End of stdin (the launcher closed it, died, or the connection dropped), or no line at all
-for ``silence`` seconds (the host is cut off from the launcher: the launcher has given the
-task up by then), terminates the group, then kills it after ``grace`` seconds. When the
-task ends, whatever is left of its group is killed. stdout carries the task's stdout and
-stderr; stderr carries status lines for the launcher, ``NONCE {"started": PID}`` and
-``NONCE {"exit": STATUS}`` (negative: signal).
+for ``silence`` seconds (the host is cut off from the launcher: the launcher has given its
+tasks up by then), terminates every task's group, then kills them after ``grace`` seconds.
+When a task ends, whatever is left of its group is killed.
 """
 
 import json
@@ -35,22 +40,37 @@ import time
 STUB = "import sys,json;exec(json.loads(sys.stdin.readline()))"
 
 
+_OUT = threading.Lock()
+
+
+def emit(data):
+    """Bytes for the launcher, on stdout, whole (frames of several tasks never mix)."""
+    with _OUT:
+        try:
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def answer(fields):
+    """A JSON answer line (check, probe)."""
+    emit((json.dumps(fields) + "\n").encode())
+
+
+def frame(nonce, task_id, data):
+    """Output of task ``task_id`` (empty: its output ended)."""
+    emit(f"{nonce} out {task_id} {len(data)}\n".encode() + data)
+
+
 def report(nonce, **fields):
-    """A status line for the launcher, on stderr."""
-    try:
-        sys.stderr.write(nonce + " " + json.dumps(fields) + "\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
+    """A status line for the launcher."""
+    emit((nonce + " status " + json.dumps(fields) + "\n").encode())
 
 
-def say(text):
-    """A line in the task's output, from the bootstrap itself."""
-    try:
-        sys.stdout.write("tfcluster-bootstrap: " + text + "\n")
-        sys.stdout.flush()
-    except (OSError, ValueError):
-        pass
+def say(nonce, task_id, text):
+    """A line in a task's output, from the bootstrap itself."""
+    frame(nonce, task_id, ("tfcluster-bootstrap: " + text + "\n").encode())
 
 
 def die_with_bootstrap():
@@ -78,37 +98,6 @@ def group_alive(pgid):
     except OSError:
         return False
     return True
-
-
-def watch_control(pgid, grace, silence=None):
-    """Relay control lines as signals; at end of stdin, or after ``silence`` seconds without
-    a line, terminate then kill the group."""
-    last = [time.monotonic()]
-    ended = threading.Event()
-
-    def relay():
-        for line in sys.stdin:
-            last[0] = time.monotonic()
-            try:
-                sig = int(line.strip())
-            except ValueError:
-                continue
-            if sig:
-                killpg(pgid, sig)
-        ended.set()
-
-    reader = threading.Thread(target=relay)
-    reader.daemon = True
-    reader.start()
-    while not ended.wait(0.5):
-        if silence and time.monotonic() - last[0] > silence:
-            say(f"no word from the launcher for {silence:g} s: ending the task")
-            break
-    killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while group_alive(pgid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    killpg(pgid, signal.SIGKILL)
 
 
 def shown(text):
@@ -341,12 +330,11 @@ def check(nonce, items, gpu_query=None):
         problem = program_problem(program, cwd, path)
         if problem:
             problems.append(f"{item['task']}: {problem}")
-    answer = {"nonce": nonce, "host": socket.gethostname(), "problems": problems}
+    found = {"nonce": nonce, "host": socket.gethostname(), "problems": problems}
     if gpu_query:
         path = (items[0].get("path") if items else None) or os.environ.get("PATH", os.defpath)
-        answer["gpus"] = query_gpus(gpu_query, path)
-    print(json.dumps(answer))
-    sys.stdout.flush()
+        found["gpus"] = query_gpus(gpu_query, path)
+    answer(found)
 
 
 def probe(nonce, desc):
@@ -369,60 +357,160 @@ def probe(nonce, desc):
             child.communicate()
             status, output = 124, f"timed out after {timeout:.0f}s"
         killpg(child.pid, signal.SIGKILL)
-    answer = {"nonce": nonce, "probe": {"status": status, "output": output[-65536:]}}
-    print(json.dumps(answer))
-    sys.stdout.flush()
+    answer({"nonce": nonce, "probe": {"status": status, "output": output[-65536:]}})
 
 
-def run(desc):
-    nonce = desc["nonce"]
-    env = dict(os.environ)
-    env.update(desc.get("env") or {})
-    cwd = desc.get("cwd") or None
-    argv = desc["argv"]
-    try:
-        if cwd and not os.path.isdir(cwd):
-            raise FileNotFoundError(2, "No such file or directory", cwd)
-        child = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-                                 stderr=subprocess.STDOUT, start_new_session=True,
-                                 preexec_fn=die_with_bootstrap())
-    except OSError as e:
-        line = start_failure_line(desc.get("task", "the task"), argv, e, cwd,
-                                  env.get("PATH"), socket.gethostname())
-        say(line)
-        status = refused_status(e)
-        report(nonce, exit=status, refused=line)
-        return status
-    report(nonce, started=child.pid)
-    watcher = threading.Thread(target=watch_control,
-                               args=(child.pid, desc.get("grace", 5.0), desc.get("silence")))
-    watcher.daemon = True
-    watcher.start()
-    status = child.wait()
-    killpg(child.pid, signal.SIGKILL)
-    report(nonce, exit=status)
-    return status if status >= 0 else 128 - status
+class Tasks:
+    """The tasks this bootstrap runs on its host: id -> process group, while it runs."""
+
+    def __init__(self):
+        self.groups = {}
+        self.followers = []
+        self.lock = threading.Lock()
+        self.grace = 5.0
+        self.silence = None
+        self.nonce = ""
+        self.ending = False
+
+    def start(self, desc):
+        """Start one task (on the main thread, which lives as long as the bootstrap: the
+        task's parent-death signal follows the thread that started it)."""
+        nonce, task_id = desc["nonce"], str(desc["run"])
+        self.nonce = nonce
+        self.grace, self.silence = desc.get("grace", self.grace), desc.get("silence")
+        env = dict(os.environ)
+        env.update(desc.get("env") or {})
+        cwd = desc.get("cwd") or None
+        argv = desc["argv"]
+        try:
+            if self.ending:
+                raise OSError("the launcher is gone")
+            if cwd and not os.path.isdir(cwd):
+                raise FileNotFoundError(2, "No such file or directory", cwd)
+            child = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     start_new_session=True, preexec_fn=die_with_bootstrap())
+        except OSError as e:
+            line = start_failure_line(desc.get("task", "the task"), argv, e, cwd,
+                                      env.get("PATH"), socket.gethostname())
+            say(nonce, task_id, line)
+            frame(nonce, task_id, b"")
+            report(nonce, task=task_id, exit=refused_status(e), refused=line)
+            return
+        with self.lock:
+            self.groups[task_id] = child.pid
+        report(nonce, task=task_id, started=child.pid)
+        follower = threading.Thread(target=self.follow, args=(nonce, task_id, child))
+        follower.daemon = True
+        follower.start()
+        self.followers.append(follower)
+
+    def follow(self, nonce, task_id, child):
+        """Relay the task's output; at its end, kill what is left of its group and report
+        its exit after its last output."""
+        relay = threading.Thread(target=relay_output, args=(nonce, task_id, child.stdout))
+        relay.daemon = True
+        relay.start()
+        status = child.wait()
+        killpg(child.pid, signal.SIGKILL)
+        relay.join(5)       # a process that left the group may hold the pipe
+        frame(nonce, task_id, b"")
+        with self.lock:
+            self.groups.pop(task_id, None)
+        report(nonce, task=task_id, exit=status)
+
+    def signal(self, task_id, sig):
+        with self.lock:
+            pgid = self.groups.get(task_id)
+        if pgid is not None:
+            killpg(pgid, sig)
+
+    def end_all(self, why=None):
+        """Terminate every task's group, kill them after ``grace`` s; wait for the reports."""
+        with self.lock:
+            if self.ending:
+                return
+            self.ending = True
+            groups = dict(self.groups)
+        for task_id, pgid in groups.items():
+            if why:
+                say(self.nonce, task_id, why)
+            killpg(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + self.grace
+        while any(group_alive(g) for g in groups.values()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for pgid in groups.values():
+            killpg(pgid, signal.SIGKILL)
+        for follower in list(self.followers):
+            follower.join(10)
+
+
+def relay_output(nonce, task_id, pipe):
+    fd = pipe.fileno()
+    while True:
+        try:
+            data = os.read(fd, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        frame(nonce, task_id, data)
+    pipe.close()
+
+
+def watch_silence(tasks, last):
+    """End every task once no line came from the launcher for ``tasks.silence`` s."""
+    while not tasks.ending:
+        time.sleep(0.5)
+        if tasks.silence and time.monotonic() - last[0] > tasks.silence:
+            tasks.end_all(f"no word from the launcher for {tasks.silence:g} s: ending "
+                          f"the task")
+            finish(0)      # stdin may stay open for ever: the main thread waits there
 
 
 def main():
+    tasks = Tasks()
+    last = [time.monotonic()]
+    watchdog = None
     while True:
         line = sys.stdin.readline()
-        if not line.strip():
-            return 0      # the launcher ran no task here
-        desc = json.loads(line)
-        if "check" in desc:
-            check(desc["nonce"], desc["check"], desc.get("gpu_query"))
-        elif "probe" in desc:
-            probe(desc["nonce"], desc["probe"])
-        else:
-            return run(desc)
+        if not line:
+            break           # end of stdin: the launcher closed it, died, or is cut off
+        last[0] = time.monotonic()
+        line = line.strip()
+        if line.startswith("{"):
+            desc = json.loads(line)
+            if "check" in desc:
+                check(desc["nonce"], desc["check"], desc.get("gpu_query"))
+            elif "probe" in desc:
+                probe(desc["nonce"], desc["probe"])
+            elif "run" in desc:
+                tasks.start(desc)
+                if watchdog is None:
+                    watchdog = threading.Thread(target=watch_silence, args=(tasks, last))
+                    watchdog.daemon = True
+                    watchdog.start()
+        elif line == "0":
+            if tasks.nonce:
+                emit((tasks.nonce + " alive\n").encode())
+        elif line:
+            task_id, _, sig = line.partition(" ")
+            try:
+                tasks.signal(task_id, int(sig))
+            except ValueError:
+                continue
+    tasks.end_all()
+    return 0
 
 
-if __name__ == "__main__":
-    code = main()
+def finish(code):
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):
             pass
-    os._exit(code)  # not sys.exit: the watcher thread may hold stdin's lock
+    os._exit(code)  # not sys.exit: a relay thread may still hold a lock
+
+
+if __name__ == "__main__":
+    finish(main())

@@ -12,6 +12,7 @@ its first task; a host with more tasks gets a master connection (ControlMaster) 
 from __future__ import annotations
 
 import glob
+import itertools
 import json
 import math
 import os
@@ -49,9 +50,9 @@ RESERVED = {"batchmode": "", "stricthostkeychecking": "strict_host_key_checking"
             "controlmaster": "multiplex", "controlpath": "multiplex",
             "controlpersist": "multiplex", "requesttty": ""}
 PORT_RANGE = (20000, 32768)   # below Linux's ephemeral range, where outgoing ports come from
-MUX_SESSIONS = 8              # per master, below sshd's default MaxSessions (10)
+HOST_POOL = 16                # hosts connected and checked at once (preflight)
 KILL_LOCAL_AFTER = 3.0        # after SIGKILL: end the local ssh if the remote is silent
-HEARTBEAT = 2.0               # seconds between signs of life to every running task's host
+HEARTBEAT = 2.0               # seconds between signs of life to every host that runs tasks
 MIN_SILENCE = 10.0            # a host ends its task after this much silence, at the least
 BOOTSTRAP_SOURCE = Path(remote_bootstrap.__file__).read_text(encoding="utf-8")
 
@@ -99,7 +100,7 @@ class SSHOptions:
     options: dict[str, str] = option({}, "map", check=_openssh_options,
                                      doc="more OpenSSH options (-o NAME=VALUE)")
     python: str | None = option(None, "str", doc="the remote bootstrap's interpreter")
-    multiplex: bool = option(True, "bool", doc="one connection per host for every task")
+    multiplex: bool = option(True, "bool", doc="a master connection (ControlMaster) per host")
 
 
 
@@ -153,7 +154,8 @@ def _remove_stale_control_dirs(base: str) -> None:
 
 @dataclass
 class _Master:
-    """One master connection (ControlMaster): the tasks on its host share it."""
+    """A host's master connection (ControlMaster): every session to that host goes through
+    it; ``ssh -O exit`` closes it."""
 
     proc: subprocess.Popen
     path: str
@@ -164,65 +166,62 @@ class _Master:
         return self.proc.poll() is None and os.path.exists(self.path)
 
 
-class SSHHandle(TaskHandle):
-    """One bootstrap on a host, through ``ssh``: checks and probes (each answered by one JSON
-    line), then one task: its output, its exit status, and signals by control line.
-
-    A host's preflight session stays open, runs the storage probes of the tasks there, then
-    the first task started there: one remote shell per host, however many steps."""
+class HostSession:
+    """One bootstrap on a host, through ``ssh``: checks and probes first (each answered by
+    one JSON line), then every task of the host. A task starts with one line on stdin (no
+    answer awaited); stdout brings back frames of the tasks' output and status lines
+    (launcher/backends/remote_bootstrap.py), which this session hands to each task's
+    handle. ssh's own messages on stderr go into every running task's output."""
 
     def __init__(self, host: str, argv: list[str]):
         self.host = host
-        self.task = None  # type: ignore[assignment]
         self.nonce = secrets.token_hex(8)
-        self.remote_pid: int | None = None
-        self.running = False                 # its task's description was sent
-        self._exit: int | None = None
-        self._said = b""                     # ssh's last line on stderr
-        self.timed_out = False               # a question got no answer in time
-        self._lock = threading.Lock()        # stdin
-        self._asking = threading.Lock()      # one question at a time
-        read_end, self._write_end = os.pipe()
-        try:
-            self.proc = subprocess.Popen(
-                dies_with_parent(argv), stdin=subprocess.PIPE, stdout=self._write_end,
-                stderr=subprocess.PIPE, start_new_session=True)
-        except BaseException:
-            os.close(read_end)
-            os.close(self._write_end)
-            raise
-        # the pipes (stdin and stderr are PIPE, never None)
-        self._stdin, self._stderr = cast(IO[bytes], self.proc.stdin), \
-            cast(IO[bytes], self.proc.stderr)
-        self._out = os.fdopen(read_end, "rb")
-        self.output = self._out
-        self._relay = threading.Thread(target=self._read_status, name=f"ssh-{host}",
-                                       daemon=True)
-        self._relay.start()
-        self._send((json.dumps(BOOTSTRAP_SOURCE) + "\n").encode())
+        self.handles: dict[str, SSHHandle] = {}   # task id -> its handle, output open or not
+        self.timed_out = False                    # a question got no answer in time
+        self.said: list[str] = []                 # ssh's lines on stderr (the last 50)
+        self.last_heard = time.monotonic()        # the bootstrap's last word
+        self._ids = itertools.count()
+        self._lock = threading.Lock()             # stdin
+        self._asking = threading.Lock()           # one question at a time
+        self._route = threading.Lock()            # the handles' output pipes
+        self._demux: threading.Thread | None = None
+        self.proc = subprocess.Popen(dies_with_parent(argv), stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     start_new_session=True)
+        self._stdin, self._stdout, self._stderr = (cast(IO[bytes], s) for s in (
+            self.proc.stdin, self.proc.stdout, self.proc.stderr))
+        self._errors = threading.Thread(target=self._read_stderr, name=f"ssh-err-{host}",
+                                        daemon=True)
+        self._errors.start()
+        self.send((json.dumps(BOOTSTRAP_SOURCE) + "\n").encode())
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    @property
+    def running(self) -> bool:
+        """Tasks were started in it: it answers no more questions."""
+        return self._demux is not None
+
+    def send(self, data: bytes) -> bool:
+        with self._lock:
+            try:
+                self._stdin.write(data)
+                self._stdin.flush()
+                return True
+            except (OSError, ValueError):
+                return False
 
     def _message(self, message: dict) -> bool:
-        return self._send((json.dumps(dict(message, nonce=self.nonce)) + "\n").encode())
-
-    def run(self, task: TaskPlan, desc: dict) -> SSHHandle:
-        """Run ``task`` in this session (its last message)."""
-        with self._asking:
-            self.task = task
-            self._message(desc)
-            self.running = True
-        return self
-
-    def heartbeat(self) -> None:
-        """A sign of life for the bootstrap (control line 0) while the task runs."""
-        if self.running and self.proc.poll() is None:
-            self._send(b"0\n")
+        return self.send((json.dumps(dict(message, nonce=self.nonce)) + "\n").encode())
 
     def ask(self, message: dict, timeout: float) -> tuple[dict | None, list[str]] | None:
         """Send a check or probe; its answer (None when none came in ``timeout`` s: then the
-        session is killed) and the other lines seen meanwhile (ssh's errors). None when the
-        session already runs its task."""
+        session is killed) and the other lines seen meanwhile. None when the session already
+        runs tasks."""
         with self._asking:
-            if self.task is not None:
+            if self.running:
                 return None
             found: list = [None, []]
             reader = threading.Thread(target=self._read_answer, args=(found,), daemon=True)
@@ -237,7 +236,7 @@ class SSHHandle(TaskHandle):
             return found[0], found[1]
 
     def _read_answer(self, found: list) -> None:
-        for raw in iter(self._out.readline, b""):
+        for raw in iter(self._stdout.readline, b""):
             line = raw.decode(errors="replace").rstrip("\r\n")
             if line.startswith("{"):
                 try:
@@ -249,68 +248,100 @@ class SSHHandle(TaskHandle):
                     return
             found[1].append(line)
 
-    def _send(self, data: bytes) -> bool:
-        with self._lock:
-            try:
-                self._stdin.write(data)
-                self._stdin.flush()
-                return True
-            except (OSError, ValueError):
-                return False
+    def run(self, task: TaskPlan, desc: dict) -> SSHHandle:
+        """Start ``task`` in this session: one line on stdin, no answer awaited."""
+        with self._asking:
+            handle = SSHHandle(self, str(next(self._ids)), task)
+            with self._route:
+                self.handles[handle.id] = handle
+            if self._demux is None:
+                self._demux = threading.Thread(target=self._read_frames,
+                                               name=f"ssh-{self.host}", daemon=True)
+                self._demux.start()
+            self._message(dict(desc, run=handle.id))
+        return handle
 
-    def _read_status(self) -> None:
-        """ssh's stderr: the bootstrap's status lines; anything else joins the output."""
-        prefix = self.nonce.encode() + b" "
+    def _read_frames(self) -> None:
+        """stdout once tasks run: their output and status, handed to their handles."""
+        head = self.nonce.encode() + b" "
+        try:
+            for line in iter(self._stdout.readline, b""):
+                self.last_heard = time.monotonic()
+                if not line.startswith(head):
+                    self._to_all(line)        # not the bootstrap's (a login script's echo)
+                    continue
+                kind, _, rest = line[len(head):].rstrip(b"\n").partition(b" ")
+                if kind == b"out":
+                    task_id, _, size = rest.partition(b" ")
+                    data = self._stdout.read(int(size))
+                    self._to_task(task_id.decode(), data)
+                elif kind == b"status":
+                    self._status(json.loads(rest))
+        except (OSError, ValueError):
+            pass
+        finally:
+            with self._route:
+                for handle in self.handles.values():
+                    handle.close_output()
+
+    def _status(self, status: dict) -> None:
+        handle = self.handles.get(str(status.get("task")))
+        if handle is None:
+            return
+        if "started" in status:
+            handle.remote_pid = status["started"]
+        if "refused" in status:
+            handle.start_failure = str(status["refused"])
+        if "exit" in status:
+            handle.exit = status["exit"]
+
+    def _to_task(self, task_id: str, data: bytes) -> None:
+        with self._route:
+            handle = self.handles.get(task_id)
+            if handle is not None:
+                if data:
+                    handle.write(data)
+                else:
+                    handle.close_output()
+
+    def drop(self, task_id: str) -> None:
+        """Stop routing output to a task given up here; its output ends."""
+        with self._route:
+            handle = self.handles.pop(task_id, None)
+            if handle is not None:
+                handle.close_output()
+
+    def _to_all(self, line: bytes) -> None:
+        with self._route:
+            for handle in self.handles.values():
+                handle.write(line)
+
+    def _read_stderr(self) -> None:
+        """ssh's own messages (and the remote shell's): kept, and shown in every running
+        task's output."""
         try:
             for line in iter(self._stderr.readline, b""):
-                if line.startswith(prefix):
-                    try:
-                        status = json.loads(line[len(prefix):])
-                    except ValueError:
-                        continue
-                    if "started" in status:
-                        self.remote_pid = status["started"]
-                    if "exit" in status:
-                        self._exit = status["exit"]
-                    if "refused" in status:
-                        self.start_failure = str(status["refused"])
-                    continue
-                self._said = line
-                try:
-                    view = memoryview(line)
-                    while view:
-                        view = view[os.write(self._write_end, view):]
-                except OSError:
-                    pass
+                self.said = [*self.said[-49:], line.decode(errors="replace").rstrip("\r\n")]
+                self._to_all(line)
         finally:
-            os.close(self._write_end)
             self._stderr.close()
 
-    def poll(self) -> int | None:
-        code = self.proc.poll()
-        if code is None:
-            return None
-        self._relay.join(timeout=5)
-        if self._exit is None and self.remote_pid is None and code in (126, 127) and \
-                self.start_failure is None and self.task is not None:
-            said = self._said.decode(errors="replace").strip() or "no message"
-            self.start_failure = (f"{self.task.name}: cannot start the bootstrap's Python on "
-                                  f"{self.host}: the remote shell said (exit status {code}): "
-                                  f"{said}")
-        return self._exit if self._exit is not None else code
+    def heartbeat(self) -> None:
+        """A sign of life for the bootstrap (control line 0), which answers it."""
+        if self.running and self.alive:
+            self.send(b"0\n")
 
-    def signal(self, sig: int) -> None:
-        if self.proc.poll() is not None:
-            return
-        self._send(f"{int(sig)}\n".encode())
-        if sig == signal.SIGKILL:
-            self.close_stdin()
-            timer = threading.Timer(KILL_LOCAL_AFTER, self._kill_local)
-            timer.daemon = True
-            timer.start()
+    def signal(self, task_id: str, sig: int) -> None:
+        self.send(f"{task_id} {int(sig)}\n".encode())
+
+    def kill(self) -> None:
+        """End the local ssh (the host no longer answers); the bootstrap there ends its tasks
+        when it sees its stdin end, or hears nothing for ``silence`` s."""
+        if self.alive:
+            self.proc.kill()
 
     def close_stdin(self) -> None:
-        """End of stdin: the bootstrap ends the task's group (SIGTERM, then SIGKILL), or
+        """End of stdin: the bootstrap ends every task's group (SIGTERM, then SIGKILL), or
         exits when it runs none."""
         with self._lock:
             try:
@@ -318,24 +349,101 @@ class SSHHandle(TaskHandle):
             except OSError:
                 pass
 
-    def _kill_local(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
+    def ended(self, timeout: float = 5.0) -> int | None:
+        """ssh's exit status once it ended and its output was read to the end, else None."""
+        code = self.proc.poll()
+        if code is None:
+            return None
+        for thread in (self._demux, self._errors):
+            if thread is not None:
+                thread.join(timeout)
+        return code
 
     def discard(self, timeout: float = 5.0) -> None:
-        """End a session that will run nothing (more): close it and wait for ssh."""
+        """End a session (it runs nothing, or its tasks are done): close it, wait for ssh."""
         self.close_stdin()
         try:
             self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        self._relay.join(timeout=5)
-        self._out.close()
+        self.ended()
+        self._stdout.close()
+
+
+class SSHHandle(TaskHandle):
+    """One task in its host's session: its output (a pipe that session fills), its exit
+    status, and signals by control line."""
+
+    def __init__(self, session: HostSession, task_id: str, task: TaskPlan):
+        self.session = session
+        self.id = task_id
+        self.task = task
+        self.remote_pid: int | None = None
+        self.exit: int | None = None
+        self.given_up = False        # SIGKILL had no effect on a host that still answers
+        read_end, self._write_end = os.pipe()
+        self._writing = True
+        self.output = os.fdopen(read_end, "rb")
+
+    def write(self, data: bytes) -> None:
+        """Pass output on to the job loop's reader (called with the session's route lock)."""
+        if not self._writing:
+            return
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._write_end, view):]
+        except OSError:
+            pass
+
+    def close_output(self) -> None:
+        if self._writing:
+            self._writing = False
+            os.close(self._write_end)
+
+    def poll(self) -> int | None:
+        if self.exit is not None:
+            return self.exit
+        if self.given_up:
+            return -signal.SIGKILL
+        code = self.session.ended()
+        if code is None:
+            return None
+        if self.exit is None and self.remote_pid is None and code in (126, 127) and \
+                self.start_failure is None:
+            said = self.session.said[-1] if self.session.said else "no message"
+            self.start_failure = (f"{self.task.name}: cannot start the bootstrap's Python on "
+                                  f"{self.session.host}: the remote shell said (exit status "
+                                  f"{code}): {said}")
+        return self.exit if self.exit is not None else code
+
+    def signal(self, sig: int) -> None:
+        if self.poll() is not None:
+            return
+        sent = time.monotonic()
+        self.session.signal(self.id, sig)
+        if sig == signal.SIGKILL:
+            self.session.send(b"0\n")     # answered at once by a host that is there
+            timer = threading.Timer(KILL_LOCAL_AFTER, self._after_kill, args=(sent,))
+            timer.daemon = True
+            timer.start()
+
+    def _after_kill(self, sent: float) -> None:
+        """Still running, KILL_LOCAL_AFTER s after SIGKILL: when the host said nothing since
+        (not even to the sign of life sent with it), end the local ssh (the bootstrap there
+        ends what it runs); else the task cannot be killed there: given up here."""
+        if self.poll() is not None:
+            return
+        if self.session.last_heard < sent:
+            self.session.kill()
+        else:
+            self.given_up = True
+            self.session.drop(self.id)
 
     @property
     def pid(self) -> int | None:
-        return self.proc.pid
+        return self.session.proc.pid
 
 
 class SSHBackend(Backend):
@@ -357,9 +465,8 @@ class SSHBackend(Backend):
         self._random = random.SystemRandom()
         self._control_dir: str | None = None
         self._masters: dict[str, _Master] = {}
-        self._sessions: dict[str, list[SSHHandle]] = {}   # live sessions through a master
-        self._idle: dict[str, SSHHandle] = {}             # checked, waiting for a task
-        self._running: list[SSHHandle] = []               # sessions that run a task
+        self._hosts: dict[str, HostSession] = {}          # each host's session for its tasks
+        self._old: list[HostSession] = []                 # sessions replaced (a host was lost)
         self._gpu_answers: dict[str, Any] | None = None   # host -> nvidia-smi's, preflight
         self._heart: threading.Thread | None = None
         self._closed = threading.Event()
@@ -422,11 +529,10 @@ class SSHBackend(Backend):
         raise RuntimeError(f"no free port left in {PORT_RANGE} for {host}")
 
     def preflight(self, plan: JobPlan) -> None:
-        """Every host in parallel: connect, then check each task's working directory,
-        program and explicit port there. One error names every failed host. The check
-        sessions stay open: each then runs its host's storage probes and first task. Hosts
-        with several tasks get a master connection first, which their other sessions
-        share."""
+        """Every host in parallel (HOST_POOL at once): its master connection, then one
+        session that checks each task's working directory, program and explicit port there.
+        One error names every failed host. The sessions stay open: each then runs its
+        host's storage probes and every task of the host."""
         self.timeouts = dict(plan.timeouts)
         self._check_local_files()
         hosts: dict[str, list[TaskPlan]] = {}
@@ -434,27 +540,33 @@ class SSHBackend(Backend):
             hosts.setdefault(task.host, []).append(task)
         deadline = time.monotonic() + max(self.timeouts.get("start", 60.0),
                                           self.options.connect_timeout + 5)
-        several = [h for h, ts in hosts.items() if len(ts) > 1 and self.options.multiplex]
-        self._start_masters(several)
-        sessions = {h: self._session(ts[0]) for h, ts in hosts.items() if h not in several}
-        failures = self._wait_masters(several, deadline)
-        sessions.update({h: self._session(hosts[h][0]) for h in several if h not in failures})
-        if sessions:
-            with ThreadPoolExecutor(max_workers=len(sessions)) as pool:
-                outcomes = pool.map(lambda h: self._check(sessions[h], hosts[h], deadline),
-                                    list(sessions))
-                failures.update({h: why for h, why in zip(sessions, outcomes) if why})
-        for host, session in sessions.items():
-            if host in failures:
-                session.discard()
-            else:
-                self._idle[host] = session
+        outcomes = list(CONNECT_POOL.map(lambda h: self._connect(h, hosts[h], deadline),
+                                         list(hosts)))
+        failures = {h: why for h, why in zip(hosts, outcomes) if why}
         if failures:
             self.close()
             lines = [f"  {host} ({', '.join(t.name for t in hosts[host])}): {why}"
                      for host, why in failures.items()]
             raise PreflightError(f"ssh preflight failed on {len(failures)} of {len(hosts)} "
                                  f"hosts; nothing was started:\n" + "\n".join(lines))
+
+    def _connect(self, host: str, tasks: list[TaskPlan], deadline: float) -> str | None:
+        """On a thread of CONNECT_POOL (they live as long as the process: the ssh clients'
+        parent-death signal follows the thread that started them): the host's master, its
+        session, its check. Why the host failed, or None."""
+        if self.options.multiplex:
+            why = self._start_master(host, deadline)
+            if why:
+                return why
+        session = self._session(tasks[0])
+        why = self._check(session, tasks, deadline)
+        if why:
+            session.discard()
+            self._stop_master(host)
+        else:
+            with self._lock:
+                self._hosts[host] = session
+        return why
 
     def _check_local_files(self) -> None:
         o = self.options
@@ -463,42 +575,36 @@ class SSHBackend(Backend):
             if path and (not os.path.exists(path) or os.path.isdir(path)):
                 raise PreflightError(f"ssh.{key}: file not found: {path}")
 
-    def _start_masters(self, hosts: list[str]) -> None:
-        for host in hosts:
-            path = self._new_control_path()
-            log = tempfile.TemporaryFile()  # noqa: SIM115 - closed with the master
-            proc = subprocess.Popen(dies_with_parent(self.ssh_argv(host, master_path=path)),
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=log, start_new_session=True)
-            self._masters[host] = _Master(proc, path, log)
-
-    def _wait_masters(self, hosts: list[str], deadline: float) -> dict[str, str]:
-        """Wait until each host's master is up or has failed; why each failed one did."""
-        failures = {}
-        waiting = set(hosts)
-        while waiting and time.monotonic() < deadline:
-            for host in list(waiting):
-                master = self._masters[host]
-                if master.ready:
-                    waiting.discard(host)
-                elif master.proc.poll() is not None:
-                    waiting.discard(host)
-                    master.log.seek(0)
-                    failures[host] = explain_ssh_error(master.log.read().decode(errors="replace"),
-                                                       self.options)
+    def _start_master(self, host: str, deadline: float) -> str | None:
+        """Start ``host``'s master connection and wait until it is up; why it failed."""
+        path = self._new_control_path()
+        log = tempfile.TemporaryFile()  # noqa: SIM115 - closed with the master
+        proc = subprocess.Popen(dies_with_parent(self.ssh_argv(host, master_path=path)),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=log, start_new_session=True)
+        master = _Master(proc, path, log)
+        with self._lock:
+            self._masters[host] = master
+        while not master.ready:
+            if proc.poll() is not None:
+                log.seek(0)
+                why = explain_ssh_error(log.read().decode(errors="replace"), self.options)
+                break
+            if time.monotonic() > deadline:
+                why = "no connection in time (timeouts.start)"
+                break
             time.sleep(0.01)
-        for host in waiting:
-            failures[host] = "no connection in time (timeouts.start)"
-        for host in failures:
-            self._stop_master(host)
-        return failures
+        else:
+            return None
+        self._stop_master(host)
+        return why
 
     def _python(self, task: TaskPlan) -> str:
         """The bootstrap's interpreter: ssh.python, else the task's own Python (no PATH
         lookup through shims: it is checked before anything starts), else python3."""
         return self.options.python or probe_python(task.command)
 
-    def _check(self, session: SSHHandle, tasks: list[TaskPlan], deadline: float) -> str | None:
+    def _check(self, session: HostSession, tasks: list[TaskPlan], deadline: float) -> str | None:
         """Why the host failed its check, or None."""
         items = [{"task": t.name, "program": t.command[0], "cwd": t.cwd,
                   "path": t.env.get("PATH"), "port": None if t.auto_port else t.port}
@@ -519,6 +625,8 @@ class SSHBackend(Backend):
         except subprocess.TimeoutExpired:
             session.proc.kill()
             status = session.proc.wait()
+        session.ended()
+        other += session.said
         if status == 255:
             return explain_ssh_error("\n".join(other), self.options)
         if status in (126, 127):
@@ -549,39 +657,32 @@ class SSHBackend(Backend):
     def _beat(self) -> None:
         while not self._closed.wait(HEARTBEAT):
             with self._lock:
-                self._running = [h for h in self._running if h.proc.poll() is None]
-                running = list(self._running)
-            for handle in running:
-                handle.heartbeat()
+                sessions = list(self._hosts.values())
+            for session in sessions:
+                session.heartbeat()
 
-    def _mux_slot(self, host: str) -> bool:
-        """Whether a new session on ``host`` can go through its master (call with the lock)."""
-        master = self._masters.get(host)
-        live = [h for h in self._sessions.get(host, []) if h.proc.poll() is None]
-        self._sessions[host] = live
-        return master is not None and master.ready and len(live) < MUX_SESSIONS
-
-    def _session(self, task: TaskPlan) -> SSHHandle:
+    def _session(self, task: TaskPlan) -> HostSession:
         """A new bootstrap on ``task``'s host, with the task's Python, through the host's
-        master while that has sessions to spare."""
+        master when it has one that is up."""
         with self._lock:
-            mux = self._mux_slot(task.host)
+            master = self._masters.get(task.host)
+            mux = master is not None and master.ready
             argv = self.ssh_argv(task.host, remote_command(self._python(task)), mux=mux)
-            session = SSHHandle(task.host, argv)
-            if mux:
-                self._sessions[task.host].append(session)
-            return session
+        return HostSession(task.host, argv)
 
     def start(self, task: TaskPlan) -> SSHHandle:
-        """In the host's preflight session when it is still free, else in a new one."""
+        """In its host's session: one line to send, no answer awaited (a new session when
+        the host's ended, its host lost and back)."""
         with self._lock:
-            idle = self._idle.pop(task.host, None)
-        if idle is not None and idle.proc.poll() is not None:
-            idle.discard()
-            idle = None
-        handle = (idle or self._session(task)).run(task, self._description(task, task.command))
+            session = self._hosts.get(task.host)
+        if session is None or not session.alive:
+            if session is not None:
+                self._old.append(session)
+            session = self._session(task)
+            with self._lock:
+                self._hosts[task.host] = session
+        handle = session.run(task, self._description(task, task.command))
         with self._lock:
-            self._running.append(handle)
             if self._heart is None:
                 self._heart = threading.Thread(target=self._beat, name="ssh-heartbeat",
                                                daemon=True)
@@ -595,10 +696,10 @@ class SSHBackend(Backend):
                              "timeout": timeout}}
         wait = timeout + self.options.connect_timeout + 10
         with self._lock:
-            session = self._idle.get(task.host)
+            session = self._hosts.get(task.host)
         reply = None
-        if session is not None and session.proc.poll() is None:
-            reply = session.ask(message, wait)     # None: it started its task meanwhile
+        if session is not None and session.alive:
+            reply = session.ask(message, wait)     # None: it runs tasks by now
         if session is None or reply is None:
             session = self._session(task)
             reply = session.ask(message, wait)
@@ -624,27 +725,49 @@ class SSHBackend(Backend):
         return "\n".join(lines)
 
     def _stop_master(self, host: str) -> None:
-        master = self._masters.pop(host, None)
+        """``ssh -O exit`` (the master ends once its sessions are closed); SIGTERM when
+        that does not end it."""
+        with self._lock:
+            master = self._masters.pop(host, None)
         if master is None:
             return
         if master.proc.poll() is None:
-            master.proc.terminate()
+            argv = self.ssh_argv(host, master_path=master.path)
+            at = argv.index("-M")
+            subprocess.run(argv[:at] + ["-O", "exit", "-o", f"ControlPath="
+                                        f"{_ssh_path(master.path)}", "--", host],
+                           stdin=subprocess.DEVNULL, capture_output=True, timeout=10,
+                           check=False)
             try:
                 master.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
-                master.proc.kill()
-                master.proc.wait()
+                master.proc.terminate()
+                try:
+                    master.proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    master.proc.kill()
+                    master.proc.wait()
         master.log.close()
 
     def close(self) -> None:
+        """End every host's session (its bootstrap ends what still runs), then every
+        master with ``ssh -O exit``; remove the control directory."""
         self._closed.set()
-        while self._idle:
-            self._idle.popitem()[1].discard()
-        for host in list(self._masters):
-            self._stop_master(host)
+        with self._lock:
+            sessions = [*self._hosts.values(), *self._old]
+            self._hosts, self._old = {}, []
+        for session in sessions:
+            session.close_stdin()
+        grace = self.timeouts.get("kill", 5.0) + 5
+        list(CONNECT_POOL.map(lambda s: s.discard(grace), sessions))
+        list(CONNECT_POOL.map(self._stop_master, list(self._masters)))
         if self._control_dir is not None:
             shutil.rmtree(self._control_dir, ignore_errors=True)
             self._control_dir = None
 
+
+# Threads that connect to hosts, shared by every run of this process and never ended: the
+# ssh clients started there get their parent-death signal when their thread ends.
+CONNECT_POOL = ThreadPoolExecutor(max_workers=HOST_POOL, thread_name_prefix="ssh-connect")
 
 BACKEND = SSHBackend

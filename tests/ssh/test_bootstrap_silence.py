@@ -17,7 +17,8 @@ def test_bootstrap_ends_its_task_once_the_heartbeat_stops(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", remote_bootstrap.STUB],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    desc = {"nonce": "n0", "argv": [sys.executable, "-c", "import time; time.sleep(60)"],
+    desc = {"nonce": "n0", "run": 7,
+            "argv": [sys.executable, "-c", "import time; time.sleep(60)"],
             "env": {"TFCLUSTER_RUN_ID": "silence-test", "TFCLUSTER_TASK": "ps:0"},
             "cwd": str(tmp_path), "grace": 1, "silence": 1.5}
     try:
@@ -38,4 +39,4 @@ def test_bootstrap_ends_its_task_once_the_heartbeat_stops(tmp_path):
             proc.wait()
     assert 1.5 <= took < 1.5 + 1 + 2             # silence, then SIGTERM (the task obeys)
     assert "tfcluster-bootstrap: no word from the launcher for 1.5 s: ending the task" in out
-    assert 'n0 {"exit": -15}' in err
+    assert 'n0 status {"task": "7", "exit": -15}' in out, (out, err)
