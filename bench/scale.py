@@ -17,9 +17,14 @@ Three parts (docs/benchmarks.md, "Scale"):
   the liveness monitor's tick on the loop's thread; the liveness probe thread's probes of
   tasks that answered once, HTTP/2 PINGs, against N ports of one gRPC server in another
   process; a GetStatus call for comparison), as a share of one core.
+- ssh (as root; not in the default parts): N sleeping workers spread over 3 netns hosts
+  (tests/infra/netns_hosts.py, each its own sshd), under `launch` of this checkout and,
+  with --ssh-baseline REV, of that git revision (exported to a temporary directory),
+  alternating in each round. Each task stamps /proc/uptime as it starts and ends.
 
     .venv/bin/python bench/scale.py [--sizes 10 100 1000] [--sleep 5] [--rounds 1]
-                                    [--parts local scripted monitors]
+                                    [--parts local scripted monitors ssh]
+                                    [--ssh-sizes 10 50 100] [--ssh-baseline REV]
 """
 
 from __future__ import annotations
@@ -261,12 +266,88 @@ def monitors(sizes: list[int], turns: int = 200) -> None:
         sys.stdout.flush()
 
 
+# --------------------------------------------------------------------------- ssh
+def ssh_spec(work: Path, bed, n: int, sleep: float) -> Path:
+    """N workers round-robin over the bed's hosts, each a sleep between two stamps."""
+    addresses = [bed.hosts[i % len(bed.hosts)].address for i in range(n)]
+    doc = {"name": "scale-ssh", "backend": "ssh", "cluster": {"worker": addresses},
+           "command": ["sh", "-c", TASK], "env": {"STAMPS": str(work / "stamps"),
+                                                  "SLEEP": str(sleep)},
+           "model_dir": str(work / "model"), "run_dir": str(work / "runs"),
+           "workdir": str(work), "ssh": bed.ssh_section(python=sys.executable),
+           "timeouts": {"start": 120, "kill": 2}}
+    path = work / "spec.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def one_ssh(bed, tree: Path, n: int, sleep: float) -> dict:
+    """One `launch` of the launcher in ``tree`` (its PYTHONPATH)."""
+    with tempfile.TemporaryDirectory(prefix="scale-ssh-") as tmp:
+        work = Path(tmp)
+        (work / "stamps").mkdir()
+        env = dict(os.environ, PYTHONPATH=str(tree))
+        t0 = uptime()
+        out = subprocess.run([sys.executable, "-c", MEASURE, LAUNCH,
+                              str(ssh_spec(work, bed, n, sleep)), "--quiet"],
+                             capture_output=True, text=True, check=True, cwd=work, env=env)
+        t1 = uptime()
+        cpu = float(out.stdout.split()[0])
+        starts = [float(p.read_text()) for p in (work / "stamps").glob("*.s")]
+        ends = [float(p.read_text()) for p in (work / "stamps").glob("*.e")]
+    assert len(ends) == n, f"{tree}: {len(ends)} of {n} tasks ended"
+    left = bed.leftovers(timeout=10)
+    assert not left, f"left on the hosts: {left}"
+    return {"wall": t1 - t0, "started": max(starts) - t0, "exit_after_last_end": t1 - max(ends),
+            "cpu_ms": cpu / n * 1000}
+
+
+def ssh_part(sizes: list[int], sleep: float, rounds: int, baseline: str | None) -> None:
+    sys.path[:0] = [str(REPO / "tests")]
+    from infra.netns_hosts import missing_prerequisites, netns_hosts
+
+    why = missing_prerequisites()
+    if why:
+        print(f"\nssh: cannot run: {why}")
+        return
+    with tempfile.TemporaryDirectory(prefix="scale-ssh-trees-") as trees, \
+            tempfile.TemporaryDirectory(prefix="scale-ssh-bed-") as tmp, \
+            netns_hosts(tmp, count=3) as bed:
+        kinds = {"this checkout": REPO}
+        if baseline:
+            tree = Path(trees) / "baseline"
+            tree.mkdir()
+            archive = subprocess.run(["git", "-C", str(REPO), "archive", baseline, "launcher",
+                                      "orchestrator"], capture_output=True, check=True)
+            subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+            kinds = {baseline: tree, **kinds}
+        print(f"\nssh: N sleeping workers ({sleep:g} s) over {len(bed.hosts)} netns hosts "
+              f"(each its own sshd, this machine's root ~/.bashrc), medians of {rounds} "
+              f"round(s), alternating\n")
+        print("| N workers | launcher | wall s | every task started after s | exit after the "
+              "last end s | launcher + ssh clients CPU ms/task |")
+        print("|---|---|---|---|---|---|")
+        for n in sizes:
+            got: dict[str, list[dict]] = {k: [] for k in kinds}
+            for r in range(rounds):
+                for kind in (list(kinds) if r % 2 == 0 else list(kinds)[::-1]):
+                    got[kind].append(one_ssh(bed, kinds[kind], n, sleep))
+            for kind, runs in got.items():
+                m = {f: statistics.median(x[f] for x in runs) for f in runs[0]}
+                print(f"| {n} | {kind} | {m['wall']:.2f} | {m['started']:.2f} | "
+                      f"{m['exit_after_last_end']:.2f} | {m['cpu_ms']:.1f} |")
+            sys.stdout.flush()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 1000])
     parser.add_argument("--sleep", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--parts", nargs="+", default=["local", "scripted", "monitors"])
+    parser.add_argument("--ssh-sizes", type=int, nargs="+", default=[10, 50, 100])
+    parser.add_argument("--ssh-baseline", metavar="REV",
+                        help="also run the launcher of this git revision (ssh part)")
     args = parser.parse_args()
     if shutil.which("setsid") is None:
         sys.exit("bench/scale.py needs setsid (util-linux)")
@@ -277,6 +358,8 @@ def main() -> None:
         scripted(args.sizes)
     if "monitors" in args.parts:
         monitors(args.sizes)
+    if "ssh" in args.parts:
+        ssh_part(args.ssh_sizes, args.sleep, args.rounds, args.ssh_baseline)
 
 
 if __name__ == "__main__":

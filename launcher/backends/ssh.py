@@ -1,12 +1,15 @@
 """SSH backend: every task runs on its host through the system OpenSSH client (``ssh``), so
 the user's ~/.ssh/config, agent and ProxyJump work as they do in a terminal.
 
-On each host a small bootstrap (launcher/backends/remote_bootstrap.py) receives the task's argv,
-environment and working directory as JSON on stdin, so no shell parses them, and runs the
-task in a session of its own. Signals travel to it as control lines on the same stdin; when
-that stdin ends (teardown, the launcher dies, the connection drops) the bootstrap ends the
-task's process group. A host's preflight connection also runs its storage probes and then
-its first task; a host with more tasks gets a master connection (ControlMaster) for them.
+Each host gets one master connection (ControlMaster; its socket in the run's private control
+directory, closed with ``ssh -O exit``) and one session through it, which runs a small
+bootstrap (launcher/backends/remote_bootstrap.py): the host's check, its storage probes,
+then every task of the host. A task's argv, environment and working directory go as one
+JSON line on its stdin, so no shell parses them, and no answer is awaited: a host's tasks
+start in one round trip. The tasks' output and status come back in frames on that one
+channel; signals go as control lines. When that stdin ends (teardown, the launcher dies,
+the connection drops) the bootstrap ends every task's process group. Hosts are connected
+and checked in parallel, HOST_POOL at a time.
 """
 
 from __future__ import annotations
@@ -718,10 +721,15 @@ class SSHBackend(Backend):
 
     def describe(self, plan: JobPlan) -> str | None:
         hosts = list(dict.fromkeys(t.host for t in plan.tasks))
-        lines = ["# ssh: each task starts as (argv, env and cwd go as JSON on stdin):"]
+        lines = ["# ssh: each host runs its tasks in one session (their argv, env and cwd go "
+                 "as JSON on its stdin):"]
         first = {t.host: t for t in reversed(plan.tasks)}
         lines += [f"#   {shlex.join(self.ssh_argv(h, remote_command(self._python(first[h]))))}"
                   for h in hosts]
+        if self.options.multiplex:
+            master = self.ssh_argv(hosts[0], master_path="CONTROL_DIR/SOCKET")
+            lines += ["# one session per host runs all its tasks, through the host's master "
+                      "connection:", f"#   {shlex.join(master)}"]
         return "\n".join(lines)
 
     def _stop_master(self, host: str) -> None:

@@ -6,7 +6,9 @@ model_dir is refused, and a real Estimator job runs across the hosts."""
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -18,6 +20,8 @@ import psutil
 import pytest
 from ssh_specs import write_spec
 from support import PY_TF215, REPO, launch_cmd, run_launch
+
+from launcher.backends.remote_bootstrap import STUB
 
 JOBS = Path(__file__).resolve().parent / "jobs"
 SLEEPER = str(JOBS / "sleeper.py")
@@ -230,17 +234,37 @@ def test_failed_task_stops_every_host(hosts, tmp_path):
     # nothing_left_on_hosts checks every host (the stubborn ps needed SIGKILL)
 
 
+def logins(bed) -> dict[str, int]:
+    """Connections each host's sshd accepted so far (its log)."""
+    return {h.name: bed.sshd_log(h).count("Accepted publickey") for h in bed.hosts}
+
+
+def bootstraps(bed) -> dict[str, int]:
+    """tfcluster bootstraps running on each host (what `ps` there shows)."""
+    return {h.name: sum(STUB in " ".join(p.cmdline()) for p in bed.processes(h))
+            for h in bed.hosts}
+
+
 @pytest.mark.parametrize("how", ["SIGINT", "SIGKILL"])
 def test_interrupt_or_kill_of_launcher_leaves_nothing(hosts, tmp_path, how):
+    """Several tasks on a host share one connection (a master, its socket in the run's
+    control directory) and one bootstrap there; an interrupted launcher closes the masters
+    and removes that directory; a killed one leaves no ssh process either."""
     spec = write_spec(tmp_path, hosts,
-                      {"chief": ["h1"], "worker": ["h2", "h3"], "ps": ["h3"]},
+                      {"chief": ["h1"], "worker": ["h2", "h3", "h3"], "ps": ["h3"]},
                       evaluator="h1",
                       command=[PY_TF215, SLEEPER, "--stubborn", "ps:0"])
+    before = logins(hosts)
     proc = subprocess.Popen(launch_cmd(str(spec)), cwd=REPO, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_running(hosts, {"h1": {"chief:0", "evaluator:0"}, "h2": {"worker:0"},
-                             "h3": {"worker:1", "ps:0"}}, proc)
+                             "h3": {"worker:1", "worker:2", "ps:0"}}, proc)
+        assert bootstraps(hosts) == {"h1": 1, "h2": 1, "h3": 1}
+        assert {h: n - before[h] for h, n in logins(hosts).items()} == \
+            {"h1": 1, "h2": 1, "h3": 1}
+        (control,) = glob.glob(f"/tmp/tfc-ssh-{proc.pid}-*")
+        assert len(os.listdir(control)) == 3              # a master's socket per host
         proc.send_signal(getattr(signal, how))
         proc.wait(timeout=60)
     finally:
@@ -249,6 +273,9 @@ def test_interrupt_or_kill_of_launcher_leaves_nothing(hosts, tmp_path, how):
             proc.wait()
     assert proc.returncode == (130 if how == "SIGINT" else -signal.SIGKILL)
     assert hosts.leftovers(timeout=20) == {}
+    if how == "SIGINT":
+        assert not os.path.exists(control)
+    # nothing_left_on_hosts: no ssh process (master or session) is left here either
 
 
 def test_private_model_dir_refused_by_storage_check(hosts, tmp_path, private_dir):
