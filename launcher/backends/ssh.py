@@ -580,7 +580,8 @@ class SSHBackend(Backend):
 
     def _start_master(self, host: str, deadline: float) -> str | None:
         """Start ``host``'s master connection and wait until it is up; why it failed."""
-        path = self._new_control_path()
+        with self._lock:
+            path = self._new_control_path()
         log = tempfile.TemporaryFile()  # noqa: SIM115 - closed with the master
         proc = subprocess.Popen(dies_with_parent(self.ssh_argv(host, master_path=path)),
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
