@@ -1,6 +1,7 @@
 """The ssh backend through its interface (what the job loop and the storage check call):
 probes run where the task will run, with its environment, before and after the task
-started, and end at their timeout; signals reach the task's whole process group."""
+started, and end at their timeout; signals reach the task's whole process group; a task
+started again runs in its host's session."""
 
 from __future__ import annotations
 
@@ -73,6 +74,9 @@ def test_probes_before_and_after_start_and_group_signals(hosts):
         handles[0].signal(signal.SIGTERM)
         assert wait_status(handles[0]) == -signal.SIGTERM
         assert gone(hosts, hosts.hosts[0], "chief:0")           # its grandchild too
+        handles.append(backend.start(chief))                    # restarted: same session
+        assert handles[-1].output.readline().decode().startswith("up chief:0")
+        assert handles[-1].pid == handles[0].pid                # the same local ssh
         handles[1].kill()
         assert wait_status(handles[1]) == -signal.SIGKILL
     finally:
