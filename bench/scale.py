@@ -281,6 +281,15 @@ def ssh_spec(work: Path, bed, n: int, sleep: float) -> Path:
     return path
 
 
+SSH_MEASURE = r"""
+import resource, subprocess, sys
+done = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(r.ru_utime + r.ru_stime, done.returncode)
+sys.stderr.buffer.write(done.stderr[-3000:])
+"""
+
+
 def one_ssh(bed, tree: Path, n: int, sleep: float) -> dict:
     """One `launch` of the launcher in ``tree`` (its PYTHONPATH)."""
     with tempfile.TemporaryDirectory(prefix="scale-ssh-") as tmp:
@@ -288,18 +297,21 @@ def one_ssh(bed, tree: Path, n: int, sleep: float) -> dict:
         (work / "stamps").mkdir()
         env = dict(os.environ, PYTHONPATH=str(tree))
         t0 = uptime()
-        out = subprocess.run([sys.executable, "-c", MEASURE, LAUNCH,
+        out = subprocess.run([sys.executable, "-c", SSH_MEASURE, LAUNCH,
                               str(ssh_spec(work, bed, n, sleep)), "--quiet"],
                              capture_output=True, text=True, check=True, cwd=work, env=env)
         t1 = uptime()
-        cpu = float(out.stdout.split()[0])
-        starts = [float(p.read_text()) for p in (work / "stamps").glob("*.s")]
-        ends = [float(p.read_text()) for p in (work / "stamps").glob("*.e")]
-    assert len(ends) == n, f"{tree}: {len(ends)} of {n} tasks ended"
+        cpu, status = out.stdout.split()
+        stamps = {kind: [float(text) for p in (work / "stamps").glob(f"*.{kind}")
+                         if (text := p.read_text().strip())] for kind in "se"}
     left = bed.leftovers(timeout=10)
     assert not left, f"left on the hosts: {left}"
-    return {"wall": t1 - t0, "started": max(starts) - t0, "exit_after_last_end": t1 - max(ends),
-            "cpu_ms": cpu / n * 1000}
+    if status != "0" or len(stamps["e"]) != n:
+        print(f"<!-- {tree}, N = {n}: launch exited {status}, {len(stamps['e'])} of {n} "
+              f"tasks ended: {out.stderr.strip()[-1500:]} -->")
+    return {"wall": t1 - t0, "started": max(stamps["s"]) - t0,
+            "exit_after_last_end": t1 - max(stamps["e"], default=t1),
+            "cpu_ms": float(cpu) / n * 1000, "ok": float(status == "0")}
 
 
 def ssh_part(sizes: list[int], sleep: float, rounds: int, baseline: str | None) -> None:
@@ -325,8 +337,8 @@ def ssh_part(sizes: list[int], sleep: float, rounds: int, baseline: str | None) 
               f"(each its own sshd, this machine's root ~/.bashrc), medians of {rounds} "
               f"round(s), alternating\n")
         print("| N workers | launcher | wall s | every task started after s | exit after the "
-              "last end s | launcher + ssh clients CPU ms/task |")
-        print("|---|---|---|---|---|---|")
+              "last end s | launcher + ssh clients CPU ms/task | runs ok |")
+        print("|---|---|---|---|---|---|---|")
         for n in sizes:
             got: dict[str, list[dict]] = {k: [] for k in kinds}
             for r in range(rounds):
@@ -335,7 +347,8 @@ def ssh_part(sizes: list[int], sleep: float, rounds: int, baseline: str | None) 
             for kind, runs in got.items():
                 m = {f: statistics.median(x[f] for x in runs) for f in runs[0]}
                 print(f"| {n} | {kind} | {m['wall']:.2f} | {m['started']:.2f} | "
-                      f"{m['exit_after_last_end']:.2f} | {m['cpu_ms']:.1f} |")
+                      f"{m['exit_after_last_end']:.2f} | {m['cpu_ms']:.1f} | "
+                      f"{sum(r['ok'] for r in runs):.0f}/{len(runs)} |")
             sys.stdout.flush()
 
 
