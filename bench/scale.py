@@ -324,7 +324,7 @@ def ssh_part(sizes: list[int], sleep: float, rounds: int, baseline: str | None) 
         return
     with tempfile.TemporaryDirectory(prefix="scale-ssh-trees-") as trees, \
             tempfile.TemporaryDirectory(prefix="scale-ssh-bed-") as tmp, \
-            netns_hosts(tmp, count=3) as bed:
+            netns_hosts(tmp, count=3, plain_shell=True) as bed:
         kinds = {"this checkout": REPO}
         if baseline:
             tree = Path(trees) / "baseline"
@@ -334,7 +334,7 @@ def ssh_part(sizes: list[int], sleep: float, rounds: int, baseline: str | None) 
             subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
             kinds = {baseline: tree, **kinds}
         print(f"\nssh: N sleeping workers ({sleep:g} s) over {len(bed.hosts)} netns hosts "
-              f"(each its own sshd, this machine's root ~/.bashrc), medians of {rounds} "
+              f"(each its own sshd, an empty root ~/.bashrc), medians of {rounds} "
               f"round(s), alternating\n")
         print("| N workers | launcher | wall s | every task started after s | exit after the "
               "last end s | launcher + ssh clients CPU ms/task | runs ok |")
