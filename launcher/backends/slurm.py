@@ -35,13 +35,16 @@ from typing import Any
 
 from launcher import gpus
 from launcher.backends.base import Backend, ExecWatch, ProbeResult, TaskHandle
+from launcher.backends.node_step import NodeStep
 from launcher.backends.options import option
 from launcher.backends.processes import ProcessHandle, dies_with_parent, free_port, task_environ
 from launcher.backends.remote_bootstrap import refusal_in_words
+from launcher.backends.slurm_node import STUB
 from launcher.backends.watchdog import Watchdog
 from launcher.checks import Address
 from launcher.errors import PreflightError, SpecError
 from launcher.plan import JobPlan, Reservation, TaskPlan
+from launcher.preflight.storage_check import probe_python
 from launcher.spec import ROLES, resources_for
 
 DEFAULT_SIGNAL_LEAD = 120          # seconds before the time limit for the warning signal
@@ -76,6 +79,11 @@ class SlurmOptions:
     signal_lead: int = option(DEFAULT_SIGNAL_LEAD, "int", minimum=1,
                               doc="--detach: the warning signal this many seconds before "
                                   "the time limit")
+    steps: str = option("node", "choice", choices=("node", "task"),
+                        doc="node: one job step per node runs that node's tasks (a task "
+                            "with GPUs keeps its own step); task: one step per task")
+    python: str | None = option(None, "str", doc="the node step's interpreter (default: "
+                                                 "the task's own Python, else python3)")
 
 
 
@@ -196,6 +204,8 @@ class SlurmBackend(Backend):
         self.node_of_label: dict[str, str] = {}
         self.addr_of_node: dict[str, str] = {}
         self.handles: list[SlurmHandle] = []
+        self.node_steps: dict[str, NodeStep] = {}       # node -> its step (steps "node")
+        self._steps_lock = threading.Lock()
         self.watchdog: Watchdog | None = None
         self._plan_tasks: dict[str, TaskPlan] = {}      # the plan's, from preflight()
 
@@ -265,39 +275,76 @@ class SlurmBackend(Backend):
         return argv
 
     def srun_argv(self, task: TaskPlan, job_id: str, node: str) -> list[str]:
+        """The step of one task (``steps: task``, or a task with GPUs)."""
         res = task.resources
-        argv = ["srun", f"--jobid={job_id}", f"--nodelist={node}", "--nodes=1", "--ntasks=1",
-                "--overlap", f"--job-name={task.type}-{task.index}",
-                f"--cpus-per-task={res.get('cpus', 1) or 1}", "--export=ALL",
-                "--kill-on-bad-exit=1"]
-        if "memory" in res:
-            argv.append(f"--mem={memory_mb(res['memory'])}M")
+        argv = self._step_argv(job_id, node, f"{task.type}-{task.index}",
+                               res.get("cpus", 1) or 1,
+                               memory_mb(res["memory"]) if "memory" in res else None)
         if res.get("gpus"):
             argv.append(f"--gpus={res['gpus']}")
         if task.cwd:
             argv.append(f"--chdir={task.cwd}")
         return argv + list(self.options.srun_args) + ["--", *task.command]
 
+    def node_srun_argv(self, tasks: list[TaskPlan], job_id: str, node: str) -> list[str]:
+        """The step of a node's tasks (``steps: node``): the node agent, sized for them all
+        (memory only when every task gives it)."""
+        cpus = sum(t.resources.get("cpus", 1) or 1 for t in tasks)
+        mem = sum(memory_mb(t.resources["memory"]) for t in tasks) \
+            if all("memory" in t.resources for t in tasks) else None
+        python = self.options.python or probe_python(tasks[0].command)
+        return self._step_argv(job_id, node, "tfc-node", cpus, mem) + ["--unbuffered"] + \
+            list(self.options.srun_args) + ["--", python, "-I", "-S", "-c", STUB]
+
+    def _step_argv(self, job_id: str, node: str, name: str, cpus: int,
+                   mem: int | None) -> list[str]:
+        argv = ["srun", f"--jobid={job_id}", f"--nodelist={node}", "--nodes=1", "--ntasks=1",
+                "--overlap", f"--job-name={name}", f"--cpus-per-task={cpus}", "--export=ALL",
+                "--kill-on-bad-exit=1"]
+        return argv + ([f"--mem={mem}M"] if mem else [])
+
+    def grouped(self, task: TaskPlan) -> bool:
+        """Run by its node's step: ``steps: node`` and no GPUs (Slurm binds a task's GPUs
+        to a step of its own)."""
+        return self.options.steps == "node" and not task.resources.get("gpus")
+
     def describe(self, plan: JobPlan) -> str:
-        lines = ["# Slurm: tfcluster asks for one allocation, then runs each task as a job "
-                 "step and watches it.",
+        lines = ["# Slurm: tfcluster asks for one allocation, then runs the tasks as job steps "
+                 "and watches them.",
                  "# Host labels in the spec name nodes of the allocation: "
                  + ", ".join(f"{label} -> node {n + 1}" for n, label in enumerate(self.labels)),
                  "# TF_CONFIG gets each node's address (NodeAddr) once the allocation is "
                  "granted.",
                  shlex.join(self.salloc_argv()) + "   # prints: Granted job allocation J"]
+        if any(self.grouped(t) for t in plan.tasks):
+            lines.append(f"STUB={shlex.quote(STUB)}   # reads the node agent's source "
+                         "from stdin, then runs it")
+        by_node: dict[str, list[TaskPlan]] = {}
         for task in plan.tasks:
-            label = self.label_of[(task.type, task.index)]
-            node = self.node_of_label.get(label, f"NODE_{self.labels.index(label) + 1}")
-            srun = shlex.join(self.srun_argv(task, "JOBID", node))
-            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in task.env.items()
-                           if k in ("TF_CONFIG", "TFCLUSTER_TASK"))
-            lines.append(f"{env} {srun.replace('--jobid=JOBID', '--jobid=$J')} &   "
-                         f"# {task.name}")
-        lines.append("# when training ends: scancel --signal=TERM J.STEP for each ps and "
-                     "evaluator step, then")
+            if self.grouped(task):
+                by_node.setdefault(self._node_name(task), []).append(task)
+            else:
+                srun = shlex.join(self.srun_argv(task, "JOBID", self._node_name(task)))
+                lines.append(f"{_shown_env(task)} {srun.replace('--jobid=JOBID', '--jobid=$J')}"
+                             f" &   # {task.name}")
+        for node, tasks in by_node.items():
+            srun = shlex.join(self.node_srun_argv(tasks, "JOBID", node)[:-1]) + ' "$STUB"'
+            lines.append(f"{srun.replace('--jobid=JOBID', '--jobid=$J')} &   # {node}: the "
+                         f"node step of {len(tasks)} task(s), "
+                         f"{_listed([t.name for t in tasks])}")
+            lines.append("#   its agent (launcher/backends/slurm_node.py) starts each of them "
+                         "in a process group of its own and relays output and signals:")
+            lines += [f"#   {task.name}: {_shown_env(task)} {shlex.join(task.command)}"
+                      for task in tasks]
+        lines.append("# when training ends: SIGTERM to each ps and evaluator (then SIGKILL), "
+                     "then")
         lines.append("scancel $J")
         return "\n".join(lines)
+
+    def _node_name(self, task: TaskPlan) -> str:
+        """Its node, or NODE_n before the allocation is granted."""
+        label = self.label_of[(task.type, task.index)]
+        return self.node_of_label.get(label, f"NODE_{self.labels.index(label) + 1}")
 
     def batch_script(self, run_dir: str, relaunch: list[str]) -> str:
         """The ``--detach`` batch script: the allocation as ``#SBATCH`` lines, then this
@@ -319,10 +366,13 @@ class SlurmBackend(Backend):
             "exec " + shlex.join(relaunch), ""])
 
     def describe_detached(self, plan: JobPlan, run_dir: str, relaunch: list[str]) -> str:
-        steps = [line for line in self.describe(plan).splitlines() if " srun " in line]
+        lines = self.describe(plan).splitlines()
+        first = next(n for n, line in enumerate(lines) if line.startswith("salloc ")) + 1
+        steps = lines[first:next(n for n, line in enumerate(lines)
+                                 if line.startswith("# when training ends"))]
         return "\n".join(["# Slurm --detach: sbatch of this batch script", "",
                           self.batch_script(run_dir, relaunch),
-                          "# inside it, the launcher runs each task as a job step:", *steps])
+                          "# inside it, the launcher runs the tasks as job steps:", *steps])
 
     def submit(self, plan: JobPlan, run_dir: str, relaunch: list[str]) -> dict[str, Any]:
         path = os.path.join(run_dir, "batch.sh")
@@ -491,6 +541,8 @@ class SlurmBackend(Backend):
         return self.node_of_label[self.label_of[(task.type, task.index)]]
 
     def start(self, task: TaskPlan) -> TaskHandle:
+        if self.grouped(task):
+            return self._node_step(task).start(task, task.env)
         argv = self.srun_argv(gpus.reporting_step(task), self.job_id or "",
                               self._node_for(task))
         env = _step_env(task)
@@ -503,6 +555,20 @@ class SlurmBackend(Backend):
             handle.output = gpus.StepDevices(proc.stdout, self._plan_tasks.get(task.name, task))
         self.handles.append(handle)
         return handle
+
+    def _node_step(self, task: TaskPlan) -> NodeStep:
+        """The step that runs the tasks of ``task``'s node: started with the first of them,
+        again if it ended."""
+        node = self._node_for(task)
+        with self._steps_lock:
+            step = self.node_steps.get(node)
+            if step is None or not step.alive():
+                tasks = [t for t in self._plan_tasks.values()
+                         if self.grouped(t) and self._node_for(t) == node] or [task]
+                step = NodeStep(self.node_srun_argv(tasks, self.job_id or "", node),
+                                slurm_env(), node)
+                self.node_steps[node] = step
+            return step
 
     def probe(self, task: TaskPlan, argv: list[str], timeout: float) -> ProbeResult:
         probe = dataclasses.replace(task, command=argv)
@@ -521,13 +587,18 @@ class SlurmBackend(Backend):
         for handle in self.handles:
             if handle.proc.poll() is None:
                 handle.kill()
+        steps, self.node_steps = list(self.node_steps.values()), {}
+        for step in steps:
+            for task in list(step.tasks.values()):
+                task.kill()
+            step.close()
         job_id, self.job_id = self.job_id, None
         if job_id is not None and not self.inside_job:   # a batch job ends with its script
             run_slurm(["scancel", job_id])
             _wait_ended(job_id, wait)
-        for handle in self.handles:
+        for proc in [h.proc for h in self.handles] + [s.proc for s in steps]:
             try:
-                handle.proc.wait(timeout=10)
+                proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
         self.handles.clear()
@@ -542,6 +613,16 @@ def _step_env(task: TaskPlan) -> dict[str, str]:
     for key in [k for k in env if k.startswith("SLURM_") and k != "SLURM_CONF"]:
         del env[key]
     return env
+
+
+def _shown_env(task: TaskPlan) -> str:
+    return " ".join(f"{k}={shlex.quote(v)}" for k, v in task.env.items()
+                    if k in ("TF_CONFIG", "TFCLUSTER_TASK"))
+
+
+def _listed(names: list[str], most: int = 6) -> str:
+    shown = ", ".join(names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
 def _info(message: str) -> None:

@@ -17,6 +17,9 @@ REPO = Path(__file__).resolve().parents[2]
 # each task first says where Slurm runs it, then becomes the Estimator example
 SHOW_STEP = ('echo "$TFCLUSTER_TASK on node $SLURMD_NODENAME step $SLURM_JOB_ID.$SLURM_STEP_ID"; '
              'exec "$0" "$@"')
+# ... and the worker's first start is killed (SIGKILL) at once
+KILLED_ONCE = ('if [ "$TFCLUSTER_TASK/${TFCLUSTER_RESTART_COUNT:-0}" = worker:0/0 ]; then '
+               'kill -KILL $BASHPID; fi; ' + SHOW_STEP)
 
 
 def write_spec(tmp_path: Path, **overrides) -> Path:
@@ -44,6 +47,12 @@ def squeue(cluster, *args: str) -> list[str]:
     return cluster.run("squeue", "-h", *args).splitlines()
 
 
+def node_steps(cluster) -> list[str]:
+    """The live steps that run the job's tasks (one per node), by their ids."""
+    return [line.split()[0] for line in squeue(cluster, "-s", "-o", "%i %j")
+            if line.split()[1:] == ["tfc-node"]]
+
+
 def released(cluster, timeout: float = 30) -> bool:
     """True once squeue shows neither a job nor a step."""
     deadline = time.monotonic() + timeout
@@ -59,7 +68,7 @@ def granted_job(stderr: str) -> str:
     return line.split("Slurm job ")[1].split()[0]
 
 
-def test_dry_run_prints_the_allocation_and_one_step_per_task(tmp_path, slurm_cluster):
+def test_dry_run_prints_the_allocation_and_one_step_per_node(tmp_path, slurm_cluster):
     spec = write_spec(tmp_path)
     done = run_launch(str(spec), "--dry-run", env=slurm_cluster.env)
     assert done.returncode == 0, done.stderr
@@ -68,12 +77,21 @@ def test_dry_run_prints_the_allocation_and_one_step_per_task(tmp_path, slurm_clu
     assert "--nodes=2" in salloc and "--partition=debug" in salloc and "--time=10" in salloc
     # a and b each hold two 1-CPU tasks
     assert "--cpus-per-task=2" in salloc and "--mem=500M" in salloc
-    steps = [line for line in out.splitlines() if " srun " in line]
-    assert len(steps) == 4
+    steps = [line for line in out.splitlines() if line.startswith("srun ")]
+    assert len(steps) == 2, "one step per node"
     assert all("--overlap" in s and "--jobid=$J" in s for s in steps)
-    ps = next(s for s in steps if s.endswith("# ps:0"))
-    assert "--mem=500M" in ps and "--nodelist=NODE_2" in ps
+    node_b = next(s for s in steps if "--nodelist=NODE_2" in s)
+    # worker and ps: 1 CPU each; memory only where every task of the node gives it
+    assert "--cpus-per-task=2" in node_b and "--mem=" not in node_b
+    assert node_b.endswith("the node step of 2 task(s), ps:0, worker:0")
+    assert any(line.startswith("#   ps:0: ") and "TF_CONFIG=" in line
+               for line in out.splitlines())
     assert "scancel $J" in out
+    one_each = run_launch(str(write_spec(tmp_path, slurm={"steps": "task"})), "--dry-run",
+                          env=slurm_cluster.env)
+    steps = [line for line in one_each.stdout.splitlines() if " srun " in line]
+    ps = next(s for s in steps if s.endswith("# ps:0"))
+    assert len(steps) == 4 and "--mem=500M" in ps and "--nodelist=NODE_2" in ps
     assert not squeue(slurm_cluster), "dry run must submit nothing"
 
 
@@ -121,12 +139,20 @@ def test_failing_step_fails_the_job_and_releases_the_allocation(tmp_path, slurm_
 @pytest.mark.tf
 def test_estimator_job_succeeds_and_releases_the_allocation(tmp_path, slurm_env,
                                                             slurm_cluster):
+    """One step per node runs that node's tasks; the worker, killed at its first start, is
+    restarted alone, in the same step; each task's output is in its own log."""
     run_dir = tmp_path / "run"
-    done = run_launch(str(write_spec(tmp_path)), "--run-dir", str(run_dir), env=slurm_env,
-                      timeout=300)
+    spec = write_spec(tmp_path)
+    doc = json.loads(spec.read_text())
+    doc["command"][2] = KILLED_ONCE
+    spec.write_text(json.dumps(doc))
+    done = run_launch(str(spec), "--run-dir", str(run_dir), env=slurm_env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     exits = {t["task"]: (t["exit"], t["stopped"]) for t in summary["tasks"]}
+    restarts = {t["task"]: t["restarts"] for t in summary["tasks"]}
+    assert restarts == {"chief:0": 0, "worker:0": 1, "ps:0": 0, "evaluator:0": 0}, restarts
+    assert "killed by SIGKILL" in done.stderr, done.stderr[-3000:]
     assert exits["chief:0"] == (0, False)
     assert ended_well(next(t for t in summary["tasks"] if t["task"] == "worker:0"))
     assert exits["evaluator:0"] == (0, False)
@@ -135,8 +161,12 @@ def test_estimator_job_succeeds_and_releases_the_allocation(tmp_path, slurm_env,
     job = granted_job(done.stderr)
     chief_log = (run_dir / "logs" / "chief-0.log").read_text()
     worker_log = (run_dir / "logs" / "worker-0.log").read_text()
-    assert f"chief:0 on node n1 step {job}." in chief_log
-    assert f"worker:0 on node n2 step {job}." in worker_log
+    ps_log = (run_dir / "logs" / "ps-0.log").read_text()
+    assert f"chief:0 on node n1 step {job}." in chief_log and "worker:0" not in chief_log
+    steps = {line.rsplit(" ", 1)[1] for log in (chief_log, worker_log, ps_log)
+             for line in log.splitlines() if " on node " in line}
+    assert len(steps) == 2, f"one step per node: {steps}"
+    assert f"worker:0 on node n2 step {job}." in worker_log and "ps:0" not in worker_log
     assert (tmp_path / "model" / "checkpoint").exists()
     # every step ended and the allocation is released
     assert released(slurm_cluster)
@@ -154,7 +184,7 @@ def test_interrupted_run_leaves_no_process_and_no_job(tmp_path, slurm_env, slurm
             if (tmp_path / "model" / "checkpoint").exists() or proc.poll() is not None:
                 break
             time.sleep(0.5)
-        assert len(squeue(slurm_cluster, "-s")) == 4
+        assert len(node_steps(slurm_cluster)) == 2
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from support import PY_TF215, REPO, launched, run_launch, state_of, tfcluster_tasks, wait_gone
-from test_slurm_backend import released, squeue, write_spec
+from test_slurm_backend import node_steps, released, squeue, write_spec
 
 from launcher.backends.slurm import LIVE_STATES, job_state
 from launcher.lease import LEASE_FILE
@@ -101,8 +101,8 @@ def test_detach_dry_run_prints_the_batch_script(tmp_path, slurm_cluster):
         assert f"#SBATCH {option}" in sbatch, sbatch
     exec_line = next(line for line in lines if line.startswith("exec "))
     assert "-m launcher.cli" in exec_line and "--in-allocation" in exec_line
-    ps = next(line for line in lines if line.endswith("# ps:0"))
-    assert "--nodelist=NODE_2" in ps and "--mem=500M" in ps
+    node_b = next(line for line in lines if "--nodelist=NODE_2" in line)
+    assert node_b.endswith("the node step of 2 task(s), ps:0, worker:0")
     assert not squeue(slurm_cluster), "a dry run submits nothing"
 
 
@@ -156,7 +156,7 @@ def test_cancel_of_a_detached_run_leaves_no_job_no_step_no_task(tmp_path, runs,
     spec = fake_spec(tmp_path, {"chief": "forever", "worker": "forever", "ps": "forever"})
     run_id, job = submit(spec, runs)
     wait_for(lambda: state_of(tmp_path, run_id)["state"] == "running", 60, "the run to start")
-    assert len(squeue(slurm_cluster, "-s")) == 4          # three tasks and the batch step
+    assert len(node_steps(slurm_cluster)) == 2            # three tasks on two nodes
     done = run_launch("cancel", run_id, env=runs, timeout=180)
     assert done.returncode == 0, done.stderr
     assert released(slurm_cluster, timeout=5)
@@ -196,8 +196,8 @@ def test_sigkill_of_attached_launch_releases_the_allocation(tmp_path, slurm_env,
     spec = fake_spec(tmp_path, {"chief": "forever", "worker": "forever", "ps": "forever"})
     with launched(str(spec), "--run-dir", str(tmp_path / "run"), "-q",
                   env=dict(os.environ, **slurm_env)) as proc:
-        wait_for(lambda: len(squeue(slurm_cluster, "-s")) == 3 or proc.poll() is not None,
-                 60, "three steps")
+        wait_for(lambda: len(node_steps(slurm_cluster)) == 2 or proc.poll() is not None,
+                 60, "a step on each node")
         assert proc.poll() is None, proc.communicate()[1]
         proc.send_signal(signal.SIGKILL)
         proc.wait()
@@ -209,8 +209,8 @@ def test_cancel_of_an_attached_run_stops_its_launcher_and_the_allocation(tmp_pat
                                                                         slurm_cluster):
     spec = fake_spec(tmp_path, {"chief": "forever", "worker": "forever", "ps": "forever"})
     with launched(str(spec), "-q", env=dict(os.environ, **runs)) as proc:
-        wait_for(lambda: len(squeue(slurm_cluster, "-s")) == 3 or proc.poll() is not None,
-                 60, "three steps")
+        wait_for(lambda: len(node_steps(slurm_cluster)) == 2 or proc.poll() is not None,
+                 60, "a step on each node")
         (run_dir,) = (tmp_path / "runs").iterdir()
         # squeue lists a step as soon as srun asked for it; the run is "running" once the
         # launcher saw every task start (state.json's rows follow within ROWS_EVERY)

@@ -1,6 +1,6 @@
-"""A frozen ps on the real Slurm cluster: its job step's task (a process under slurmstepd
-here) gets SIGSTOP mid-training. The launcher asks every task's TF server over gRPC at its
-node's address, names the ps after ``timeouts.unresponsive``, kills its step and, under the
+"""A frozen ps on the real Slurm cluster: its task (a process under its node step's agent)
+gets SIGSTOP mid-training. The launcher asks every task's TF server over gRPC at its
+node's address, names the ps after ``timeouts.unresponsive``, kills it and, under the
 default restart policy of a ps, restarts the whole cluster from the newest checkpoint; the
 job then finishes. The same scenario on the local backend: tests/faults/test_frozen_tasks.py."""
 
@@ -33,7 +33,7 @@ def test_frozen_ps_step_is_named_killed_and_the_cluster_restarts(tmp_path, slurm
     frozen = None
     try:
         assert run.wait_for_step(120, timeout=240), run.stderr_text()[-3000:]
-        frozen = run.freeze("ps:0", parent="slurmstepd")   # the task, not its srun
+        frozen = run.freeze("ps:0")     # the task, under its node step's agent
         status = run.wait(timeout=300)
     finally:
         if frozen is not None:     # a SIGKILLed task is gone; a stopped one must not stay
