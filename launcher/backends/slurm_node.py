@@ -82,8 +82,10 @@ def start(out, tasks, sel, desc):
         return
     task = Task(key, proc)
     tasks[key] = task
-    os.set_blocking(proc.stdout.fileno(), False)
-    sel.register(proc.stdout, selectors.EVENT_READ, task)
+    stdout = proc.stdout
+    assert stdout is not None
+    os.set_blocking(stdout.fileno(), False)
+    sel.register(stdout, selectors.EVENT_READ, task)
 
 
 def command(out, tasks, sel, line):
@@ -132,7 +134,7 @@ def signal_all(tasks, sig):
 
 def serve():
     out = sys.stdout.buffer
-    tasks = {}
+    tasks = {}  # type: dict[str, Task]
     sel = selectors.DefaultSelector()
     os.set_blocking(0, False)
     sel.register(0, selectors.EVENT_READ, None)
