@@ -48,7 +48,7 @@ def exits(summary: dict) -> dict[str, tuple]:
 
 
 def test_estimator_example(tmp_path):
-    proc, summary = launch_example("estimator", PY_TF215, tmp_path)
+    proc, summary = launch_example("estimator", PY_TF215, tmp_path, examples=8000)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     tasks = exits(summary)
     assert tasks["ps:0"] == (-15, True)          # SIGTERM from the launcher
@@ -58,10 +58,10 @@ def test_estimator_example(tmp_path):
     assert ended_well(rows["worker:0"]) and ended_well(rows["worker:1"]), tasks
     assert "stopped (SIGTERM)" in proc.stdout + proc.stderr
     state = (tmp_path / "model" / "checkpoint").read_text()
-    assert 'model_checkpoint_path: "model.ckpt-602"' in state   # 3 epochs of 20000 / 100
+    assert 'model_checkpoint_path: "model.ckpt-242"' in state   # 3 epochs of 8000 / 100
     assert list((tmp_path / "model" / "export" / "ctr").iterdir())  # the evaluator exported
     metrics = (tmp_path / "model" / "tfcluster_metrics.jsonl").read_text().splitlines()
-    assert json.loads(metrics[-1])["step"] == 602            # it evaluated the final model
+    assert json.loads(metrics[-1])["step"] == 242            # it evaluated the final model
     gone = [p for p in psutil.process_iter(["environ"])
             if (p.info["environ"] or {}).get("TFCLUSTER_RUN_ID", "").startswith("estimator-")
             and (p.info["environ"] or {}).get("TFCLUSTER_MODEL_DIR") == str(tmp_path / "model")]
