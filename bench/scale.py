@@ -110,10 +110,13 @@ def one_local(kind: str, n: int, sleep: float) -> dict:
         argv = ([LAUNCH, str(local_spec(work, n, sleep)), "--quiet"] if kind == "launch"
                 else ["sh", str(shell_script(work, n, sleep))])
         t0, t1, cpu, rss = measured(argv)
-        starts = [float(p.read_text()) for p in (work / "stamps").glob("*.s")]
-        ends = [float(p.read_text()) for p in (work / "stamps").glob("*.e")]
+        # a stamp is empty when its task was stopped as it wrote it (the end rules stop
+        # workers started after the chief's end): it counts, without its time
+        started = [p.read_text() for p in (work / "stamps").glob("*.s")]
+        starts = [float(t) for t in started if t.strip()]
+        ends = [float(t) for p in (work / "stamps").glob("*.e") if (t := p.read_text()).strip()]
     tasks = n + 3
-    assert len(starts) == tasks, f"{kind}: {len(starts)} of {tasks} tasks started"
+    assert len(started) == tasks, f"{kind}: {len(started)} of {tasks} tasks started"
     return {"wall": t1 - t0, "started": max(starts) - t0,
             "start_ms": (max(starts) - min(starts)) / tasks * 1000,
             "exit_after_last_end": t1 - max(ends) if ends else float("nan"),
