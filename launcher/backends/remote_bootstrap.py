@@ -8,8 +8,8 @@ stdin:
 1. this file's source, as one JSON string (the stub reads it and runs it);
 2. JSON messages, one a line: ``{"nonce", "check": [...], "gpu_query"}`` checks programs
    and working directories and asks nvidia-smi for the host's GPUs (preflight) and
-   ``{"nonce", "probe": {"argv", "env", "cwd", "timeout"}}`` runs a short command; each is
-   answered by one JSON line on stdout, and comes before any task.
+   ``{"nonce", "probe": {"argv", "env", "cwd", "timeout"}}`` runs a short command (beside
+   the other probes and the tasks); each is answered by one JSON line on stdout.
    ``{"nonce", "run": ID, "task", "argv", "env", "cwd", "grace", "silence"}`` starts a task
    (as many as the host runs; no answer awaited: one round trip for all of them);
 3. control lines: ``ID SIGNAL`` sends a signal to task ID's process group; ``0`` is a sign
@@ -482,8 +482,10 @@ def main():
             desc = json.loads(line)
             if "check" in desc:
                 check(desc["nonce"], desc["check"], desc.get("gpu_query"))
-            elif "probe" in desc:
-                probe(desc["nonce"], desc["probe"])
+            elif "probe" in desc:      # beside the others: signals wait for none
+                prober = threading.Thread(target=probe, args=(desc["nonce"], desc["probe"]))
+                prober.daemon = True
+                prober.start()
             elif "run" in desc:
                 tasks.start(desc)
                 if watchdog is None:

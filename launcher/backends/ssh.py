@@ -170,11 +170,12 @@ class _Master:
 
 
 class HostSession:
-    """One bootstrap on a host, through ``ssh``: checks and probes first (each answered by
-    one JSON line), then every task of the host. A task starts with one line on stdin (no
-    answer awaited); stdout brings back frames of the tasks' output and status lines
-    (launcher/backends/remote_bootstrap.py), which this session hands to each task's
-    handle. ssh's own messages on stderr go into every running task's output."""
+    """One bootstrap on a host, through ``ssh``: the host's check, its probes (each answered
+    by one JSON line; probes run at once, beside each other and the tasks), and every task
+    of the host. A task starts with one line on stdin (no answer awaited); stdout brings
+    back frames of the tasks' output and status lines (launcher/backends/remote_bootstrap.py),
+    which one reader hands to each task's handle and each question's asker. ssh's own
+    messages on stderr go into every running task's output."""
 
     def __init__(self, host: str, argv: list[str]):
         self.host = host
@@ -183,11 +184,11 @@ class HostSession:
         self.timed_out = False                    # a question got no answer in time
         self.said: list[str] = []                 # ssh's lines on stderr (the last 50)
         self.last_heard = time.monotonic()        # the bootstrap's last word
+        self.stray: list[str] = []                # stdout lines not the bootstrap's (last 50)
         self._ids = itertools.count()
+        self._asked: dict[str, list] = {}         # question's nonce -> [Event, answer]
         self._lock = threading.Lock()             # stdin
-        self._asking = threading.Lock()           # one question at a time
-        self._route = threading.Lock()            # the handles' output pipes
-        self._demux: threading.Thread | None = None
+        self._route = threading.Lock()            # the handles' pipes, the questions
         self.proc = subprocess.Popen(dies_with_parent(argv), stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      start_new_session=True)
@@ -196,6 +197,9 @@ class HostSession:
         self._errors = threading.Thread(target=self._read_stderr, name=f"ssh-err-{host}",
                                         daemon=True)
         self._errors.start()
+        self._demux = threading.Thread(target=self._read_stdout, name=f"ssh-{host}",
+                                       daemon=True)
+        self._demux.start()
         self.send((json.dumps(BOOTSTRAP_SOURCE) + "\n").encode())
 
     @property
@@ -204,8 +208,8 @@ class HostSession:
 
     @property
     def running(self) -> bool:
-        """Tasks were started in it: it answers no more questions."""
-        return self._demux is not None
+        """Tasks were started in it."""
+        return bool(self.handles)
 
     def send(self, data: bytes) -> bool:
         with self._lock:
@@ -219,73 +223,73 @@ class HostSession:
     def _message(self, message: dict) -> bool:
         return self.send((json.dumps(dict(message, nonce=self.nonce)) + "\n").encode())
 
-    def ask(self, message: dict, timeout: float) -> tuple[dict | None, list[str]] | None:
-        """Send a check or probe; its answer (None when none came in ``timeout`` s: then the
-        session is killed) and the other lines seen meanwhile. None when the session already
-        runs tasks."""
-        with self._asking:
-            if self.running:
-                return None
-            found: list = [None, []]
-            reader = threading.Thread(target=self._read_answer, args=(found,), daemon=True)
-            self._message(message)
-            reader.start()
-            reader.join(timeout)
-            if reader.is_alive():
-                self.timed_out = True
+    def ask(self, message: dict, timeout: float) -> tuple[dict | None, list[str]]:
+        """Send a check or probe; its answer (None when none came in ``timeout`` s: then a
+        session that runs no task yet is killed) and the stray lines seen so far."""
+        nonce = f"{self.nonce}-q{next(self._ids)}"
+        waiting: list = [threading.Event(), None]
+        with self._route:
+            self._asked[nonce] = waiting
+        if self.alive and self.send((json.dumps(dict(message, nonce=nonce)) + "\n").encode()):
+            waiting[0].wait(timeout)
+        with self._route:
+            self._asked.pop(nonce, None)
+        if waiting[1] is None and not waiting[0].is_set():
+            self.timed_out = True
+            if not self.running:
                 self.proc.kill()
-                reader.join(5)
-                return None, found[1]
-            return found[0], found[1]
-
-    def _read_answer(self, found: list) -> None:
-        for raw in iter(self._stdout.readline, b""):
-            line = raw.decode(errors="replace").rstrip("\r\n")
-            if line.startswith("{"):
-                try:
-                    answer = json.loads(line)
-                except ValueError:
-                    answer = None
-                if isinstance(answer, dict) and answer.get("nonce") == self.nonce:
-                    found[0] = answer
-                    return
-            found[1].append(line)
+        return waiting[1], list(self.stray)
 
     def run(self, task: TaskPlan, desc: dict) -> SSHHandle:
         """Start ``task`` in this session: one line on stdin, no answer awaited."""
-        with self._asking:
-            handle = SSHHandle(self, str(next(self._ids)), task)
-            with self._route:
-                self.handles[handle.id] = handle
-            if self._demux is None:
-                self._demux = threading.Thread(target=self._read_frames,
-                                               name=f"ssh-{self.host}", daemon=True)
-                self._demux.start()
-            self._message(dict(desc, run=handle.id))
+        handle = SSHHandle(self, str(next(self._ids)), task)
+        with self._route:
+            self.handles[handle.id] = handle
+        self._message(dict(desc, run=handle.id))
         return handle
 
-    def _read_frames(self) -> None:
-        """stdout once tasks run: their output and status, handed to their handles."""
+    def _read_stdout(self) -> None:
+        """The bootstrap's stdout: answers to questions, the tasks' output and status."""
         head = self.nonce.encode() + b" "
         try:
             for line in iter(self._stdout.readline, b""):
                 self.last_heard = time.monotonic()
-                if not line.startswith(head):
-                    self._to_all(line)        # not the bootstrap's (a login script's echo)
-                    continue
-                kind, _, rest = line[len(head):].rstrip(b"\n").partition(b" ")
-                if kind == b"out":
-                    task_id, _, size = rest.partition(b" ")
-                    data = self._stdout.read(int(size))
-                    self._to_task(task_id.decode(), data)
-                elif kind == b"status":
-                    self._status(json.loads(rest))
+                if line.startswith(head):
+                    kind, _, rest = line[len(head):].rstrip(b"\n").partition(b" ")
+                    if kind == b"out":
+                        task_id, _, size = rest.partition(b" ")
+                        data = self._stdout.read(int(size))
+                        self._to_task(task_id.decode(), data)
+                    elif kind == b"status":
+                        self._status(json.loads(rest))
+                elif not (line.startswith(b"{") and self._answer(line)):
+                    self._stray(line)     # not the bootstrap's (a login script's echo)
         except (OSError, ValueError):
             pass
         finally:
             with self._route:
                 for handle in self.handles.values():
                     handle.close_output()
+                for waiting in self._asked.values():
+                    waiting[0].set()
+
+    def _answer(self, line: bytes) -> bool:
+        try:
+            answer = json.loads(line)
+        except ValueError:
+            return False
+        with self._route:
+            waiting = self._asked.get(str(answer.get("nonce"))) if isinstance(answer, dict) \
+                else None
+        if waiting is None:
+            return False
+        waiting[1] = answer
+        waiting[0].set()
+        return True
+
+    def _stray(self, line: bytes) -> None:
+        self.stray = [*self.stray[-49:], line.decode(errors="replace").rstrip("\r\n")]
+        self._to_all(line)
 
     def _status(self, status: dict) -> None:
         handle = self.handles.get(str(status.get("task")))
@@ -615,7 +619,7 @@ class SSHBackend(Backend):
                  for t in tasks]
         reply = session.ask({"check": items, "gpu_query": gpus.QUERY},
                             max(1.0, deadline - time.monotonic()))
-        answer, other = reply or (None, [])
+        answer, other = reply
         if answer is not None:
             with self._lock:
                 self._gpu_answers = {**(self._gpu_answers or {}), tasks[0].host:
@@ -694,21 +698,20 @@ class SSHBackend(Backend):
         return handle
 
     def probe(self, task: TaskPlan, argv: list[str], timeout: float) -> ProbeResult:
-        """In the host's preflight session (no new remote shell), else in a new session."""
+        """In the host's session (no new remote shell; probes there run beside each other
+        and the tasks), else in a new session."""
 
         message = {"probe": {"argv": list(argv), "env": task.env, "cwd": task.cwd,
                              "timeout": timeout}}
         wait = timeout + self.options.connect_timeout + 10
         with self._lock:
             session = self._hosts.get(task.host)
-        reply = None
         if session is not None and session.alive:
-            reply = session.ask(message, wait)     # None: it runs tasks by now
-        if session is None or reply is None:
+            answer, other = session.ask(message, wait)
+        else:
             session = self._session(task)
-            reply = session.ask(message, wait)
+            answer, other = session.ask(message, wait)
             session.discard()
-        answer, other = reply or (None, [])
         if answer is None:
             return ProbeResult(124 if session.timed_out else 255,
                                "\n".join(other) or f"no answer within {timeout:.0f}s")

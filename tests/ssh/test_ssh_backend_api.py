@@ -66,7 +66,7 @@ def test_probes_before_and_after_start_and_group_signals(hosts):
         handles = [backend.start(chief), backend.start(worker)]
         for handle in handles:
             assert handle.output.readline().decode().startswith(f"up {handle.task.name}")
-        after = backend.probe(worker, show, timeout=30)         # in a new session
+        after = backend.probe(worker, show, timeout=30)         # beside the task there
         assert (after.returncode, after.output) == (3, "it's $(not) run on h2\n")
         slow = backend.probe(chief, ["sleep", "60"], timeout=1)
         assert slow.returncode == 124
