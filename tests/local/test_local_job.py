@@ -68,8 +68,8 @@ def test_failing_chief_fails_the_job_and_shows_its_error(tmp_path):
 def test_failing_worker_fails_the_job(tmp_path):
     plan = {"chief": "forever", "ps": "forever", "worker:1": "exit 3 after 0.3"}
     done = run_launch(str(write_spec(tmp_path, env={"FAKE_PLAN": json.dumps(plan)})))
-    assert done.returncode == 1
-    assert "worker:1 failed with exit status 3" in done.stderr
+    assert done.returncode == 1, done.stderr
+    assert "worker:1 failed with exit status 3" in done.stderr, done.stderr
 
 
 def test_evaluator_gets_bounded_time_and_children_are_stopped(tmp_path):
