@@ -25,6 +25,7 @@ Three parts (docs/benchmarks.md, "Scale"):
     .venv/bin/python bench/scale.py [--sizes 10 100 1000] [--sleep 5] [--rounds 1]
                                     [--parts local scripted monitors ssh]
                                     [--ssh-sizes 10 50 100] [--ssh-baseline REV]
+                                    [--ssh-no-storage-check]
 """
 
 from __future__ import annotations
@@ -270,7 +271,7 @@ def monitors(sizes: list[int], turns: int = 200) -> None:
 
 
 # --------------------------------------------------------------------------- ssh
-def ssh_spec(work: Path, bed, n: int, sleep: float) -> Path:
+def ssh_spec(work: Path, bed, n: int, sleep: float, storage_check: bool) -> Path:
     """N workers round-robin over the bed's hosts, each a sleep between two stamps."""
     addresses = [bed.hosts[i % len(bed.hosts)].address for i in range(n)]
     doc = {"name": "scale-ssh", "backend": "ssh", "cluster": {"worker": addresses},
@@ -278,7 +279,7 @@ def ssh_spec(work: Path, bed, n: int, sleep: float) -> Path:
                                                   "SLEEP": str(sleep)},
            "model_dir": str(work / "model"), "run_dir": str(work / "runs"),
            "workdir": str(work), "ssh": bed.ssh_section(python=sys.executable),
-           "timeouts": {"start": 120, "kill": 2}}
+           "timeouts": {"start": 120, "kill": 2}, "check_storage": storage_check}
     path = work / "spec.json"
     path.write_text(json.dumps(doc))
     return path
@@ -293,7 +294,7 @@ sys.stderr.buffer.write(done.stderr[-3000:])
 """
 
 
-def one_ssh(bed, tree: Path, n: int, sleep: float) -> dict:
+def one_ssh(bed, tree: Path, n: int, sleep: float, storage_check: bool) -> dict:
     """One `launch` of the launcher in ``tree`` (its PYTHONPATH)."""
     with tempfile.TemporaryDirectory(prefix="scale-ssh-") as tmp:
         work = Path(tmp)
@@ -301,7 +302,7 @@ def one_ssh(bed, tree: Path, n: int, sleep: float) -> dict:
         env = dict(os.environ, PYTHONPATH=str(tree))
         t0 = uptime()
         out = subprocess.run([sys.executable, "-c", SSH_MEASURE, LAUNCH,
-                              str(ssh_spec(work, bed, n, sleep)), "--quiet"],
+                              str(ssh_spec(work, bed, n, sleep, storage_check)), "--quiet"],
                              capture_output=True, text=True, check=True, cwd=work, env=env)
         t1 = uptime()
         cpu, status = out.stdout.split()
@@ -317,7 +318,8 @@ def one_ssh(bed, tree: Path, n: int, sleep: float) -> dict:
             "cpu_ms": float(cpu) / n * 1000, "ok": float(status == "0")}
 
 
-def ssh_part(sizes: list[int], sleep: float, rounds: int, baseline: str | None) -> None:
+def ssh_part(sizes: list[int], sleep: float, rounds: int, baseline: str | None,
+             storage_check: bool = True) -> None:
     sys.path[:0] = [str(REPO / "tests")]
     from infra.netns_hosts import missing_prerequisites, netns_hosts
 
@@ -337,8 +339,9 @@ def ssh_part(sizes: list[int], sleep: float, rounds: int, baseline: str | None) 
             subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
             kinds = {baseline: tree, **kinds}
         print(f"\nssh: N sleeping workers ({sleep:g} s) over {len(bed.hosts)} netns hosts "
-              f"(each its own sshd, an empty root ~/.bashrc), medians of {rounds} "
-              f"round(s), alternating\n")
+              f"(each its own sshd, an empty root ~/.bashrc), storage check "
+              f"{'on' if storage_check else 'off'}, medians of {rounds} round(s), "
+              f"alternating\n")
         print("| N workers | launcher | wall s | every task started after s | exit after the "
               "last end s | launcher + ssh clients CPU ms/task | runs ok |")
         print("|---|---|---|---|---|---|---|")
@@ -346,7 +349,7 @@ def ssh_part(sizes: list[int], sleep: float, rounds: int, baseline: str | None) 
             got: dict[str, list[dict]] = {k: [] for k in kinds}
             for r in range(rounds):
                 for kind in (list(kinds) if r % 2 == 0 else list(kinds)[::-1]):
-                    got[kind].append(one_ssh(bed, kinds[kind], n, sleep))
+                    got[kind].append(one_ssh(bed, kinds[kind], n, sleep, storage_check))
             for kind, runs in got.items():
                 m = {f: statistics.median(x[f] for x in runs) for f in runs[0]}
                 print(f"| {n} | {kind} | {m['wall']:.2f} | {m['started']:.2f} | "
@@ -364,6 +367,8 @@ def main() -> None:
     parser.add_argument("--ssh-sizes", type=int, nargs="+", default=[10, 50, 100])
     parser.add_argument("--ssh-baseline", metavar="REV",
                         help="also run the launcher of this git revision (ssh part)")
+    parser.add_argument("--ssh-no-storage-check", action="store_true",
+                        help="ssh part: check_storage false (no probe per task)")
     args = parser.parse_args()
     if shutil.which("setsid") is None:
         sys.exit("bench/scale.py needs setsid (util-linux)")
@@ -375,7 +380,8 @@ def main() -> None:
     if "monitors" in args.parts:
         monitors(args.sizes)
     if "ssh" in args.parts:
-        ssh_part(args.ssh_sizes, args.sleep, args.rounds, args.ssh_baseline)
+        ssh_part(args.ssh_sizes, args.sleep, args.rounds, args.ssh_baseline,
+                 not args.ssh_no_storage_check)
 
 
 if __name__ == "__main__":
