@@ -21,11 +21,16 @@ Three parts (docs/benchmarks.md, "Scale"):
   (tests/infra/netns_hosts.py, each its own sshd), under `launch` of this checkout and,
   with --ssh-baseline REV, of that git revision (exported to a temporary directory),
   alternating in each round. Each task stamps /proc/uptime as it starts and ends.
+- slurm (as root, on the beds lock; not in the default parts): N sleeping workers, half on
+  each node of a 2-node Slurm bed (tests/infra/slurm_cluster.py), with ``slurm.steps``
+  node (one step per node) and task (one step per task, the form before), alternating.
+  Each task stamps its start (with its Slurm step id) and end.
 
     .venv/bin/python bench/scale.py [--sizes 10 100 1000] [--sleep 5] [--rounds 1]
-                                    [--parts local scripted monitors ssh]
+                                    [--parts local scripted monitors ssh slurm]
                                     [--ssh-sizes 10 50 100] [--ssh-baseline REV]
                                     [--ssh-no-storage-check]
+                                    [--slurm-sizes 10 50 100]
 """
 
 from __future__ import annotations
@@ -358,6 +363,86 @@ def ssh_part(sizes: list[int], sleep: float, rounds: int, baseline: str | None,
             sys.stdout.flush()
 
 
+# --------------------------------------------------------------------------- slurm
+SLURM_TASK = ('read t _ </proc/uptime; echo "$t $SLURM_STEP_ID" >"$STAMPS/$TFCLUSTER_TASK.s"; '
+              'sleep $SLEEP; read t _ </proc/uptime; echo "$t" >"$STAMPS/$TFCLUSTER_TASK.e"')
+
+
+def slurm_spec(work: Path, n: int, sleep: float, steps: str) -> Path:
+    """N workers, half on each node of the bed (labels a, b), each a sleep between two
+    stamps; the start stamp carries the task's Slurm step id."""
+    doc = {"name": "scale-slurm", "backend": "slurm",
+           "cluster": {"worker": ["a" if i % 2 == 0 else "b" for i in range(n)]},
+           "command": ["sh", "-c", SLURM_TASK], "env": {"STAMPS": str(work / "stamps"),
+                                                       "SLEEP": str(sleep)},
+           "model_dir": str(work / "model"), "run_dir": str(work / "runs"),
+           "workdir": str(work), "check_storage": False,
+           "resources": {"default": {"cpus": 0}},
+           "slurm": {"partition": "debug", "time": "10", "steps": steps},
+           "timeouts": {"start": 300, "kill": 2}}
+    path = work / "spec.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def one_slurm(cluster, n: int, sleep: float, steps: str) -> dict:
+    with tempfile.TemporaryDirectory(prefix="scale-slurm-") as tmp:
+        work = Path(tmp)
+        (work / "stamps").mkdir()
+        env = dict(os.environ, **cluster.env)
+        t0 = uptime()
+        out = subprocess.run([sys.executable, "-c", SSH_MEASURE, LAUNCH,
+                              str(slurm_spec(work, n, sleep, steps)), "--quiet"],
+                             capture_output=True, text=True, check=True, cwd=work, env=env)
+        t1 = uptime()
+        cpu, status = out.stdout.split()
+        starts = [p.read_text().split() for p in (work / "stamps").glob("*.s")]
+        ends = [float(p.read_text()) for p in (work / "stamps").glob("*.e")]
+    if status != "0" or len(ends) != n:
+        print(f"<!-- steps {steps}, N = {n}: launch exited {status}, {len(ends)} of {n} "
+              f"tasks ended: {out.stderr.strip()[-1500:]} -->")
+    # step ids count from 0 in the job: the highest + 1 is every step slurmctld created
+    # (the preflight's probe steps included)
+    step_ids = {int(s[1]) for s in starts if len(s) > 1}
+    return {"wall": t1 - t0, "started": max(float(s[0]) for s in starts) - t0,
+            "exit_after_last_end": t1 - max(ends, default=t1),
+            "cpu_ms": float(cpu) / n * 1000, "task_steps": len(step_ids),
+            "steps": max(step_ids, default=-1) + 1, "ok": float(status == "0")}
+
+
+def slurm_part(sizes: list[int], sleep: float, rounds: int) -> None:
+    """`launch` with ``slurm.steps`` node (one step per node) and task (one step per task,
+    the form before), alternating, on a fresh 2-node bed (tests/infra/slurm_cluster.py)."""
+    sys.path[:0] = [str(REPO / "tests")]
+    from infra.slurm_cluster import SlurmCluster, missing_programs
+
+    if missing_programs() or os.geteuid() != 0:
+        print(f"\nslurm: cannot run: needs root and {missing_programs() or 'Slurm'}")
+        return
+    cluster = SlurmCluster(nodes=2).start()
+    try:
+        print(f"\nslurm: N sleeping workers ({sleep:g} s), half on each of the bed's 2 nodes "
+              f"(slurmd on this machine), medians of {rounds} round(s), alternating\n")
+        print("| N workers | slurm.steps | wall s | every task started after s | exit after "
+              "the last end s | launcher + srun CPU ms/task | steps running tasks | steps "
+              "slurmctld created | runs ok |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for n in sizes:
+            got: dict[str, list[dict]] = {"task": [], "node": []}
+            for r in range(rounds):
+                for steps in (list(got) if r % 2 == 0 else list(got)[::-1]):
+                    got[steps].append(one_slurm(cluster, n, sleep, steps))
+            for steps, runs in got.items():
+                m = {f: statistics.median(x[f] for x in runs) for f in runs[0]}
+                print(f"| {n} | {steps} | {m['wall']:.2f} | {m['started']:.2f} | "
+                      f"{m['exit_after_last_end']:.2f} | {m['cpu_ms']:.1f} | "
+                      f"{m['task_steps']:.0f} | {m['steps']:.0f} | "
+                      f"{sum(r['ok'] for r in runs):.0f}/{len(runs)} |")
+            sys.stdout.flush()
+    finally:
+        cluster.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 1000])
@@ -365,6 +450,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--parts", nargs="+", default=["local", "scripted", "monitors"])
     parser.add_argument("--ssh-sizes", type=int, nargs="+", default=[10, 50, 100])
+    parser.add_argument("--slurm-sizes", type=int, nargs="+", default=[10, 50, 100])
     parser.add_argument("--ssh-baseline", metavar="REV",
                         help="also run the launcher of this git revision (ssh part)")
     parser.add_argument("--ssh-no-storage-check", action="store_true",
@@ -382,6 +468,8 @@ def main() -> None:
     if "ssh" in args.parts:
         ssh_part(args.ssh_sizes, args.sleep, args.rounds, args.ssh_baseline,
                  not args.ssh_no_storage_check)
+    if "slurm" in args.parts:
+        slurm_part(args.slurm_sizes, args.sleep, args.rounds)
 
 
 if __name__ == "__main__":

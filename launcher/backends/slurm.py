@@ -289,7 +289,7 @@ class SlurmBackend(Backend):
     def node_srun_argv(self, tasks: list[TaskPlan], job_id: str, node: str) -> list[str]:
         """The step of a node's tasks (``steps: node``): the node agent, sized for them all
         (memory only when every task gives it)."""
-        cpus = sum(t.resources.get("cpus", 1) or 1 for t in tasks)
+        cpus = sum(t.resources.get("cpus", 1) for t in tasks) or 1     # as the allocation
         mem = sum(memory_mb(t.resources["memory"]) for t in tasks) \
             if all("memory" in t.resources for t in tasks) else None
         python = self.options.python or probe_python(tasks[0].command)
