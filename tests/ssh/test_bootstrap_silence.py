@@ -1,16 +1,20 @@
 """The remote bootstrap on its own (run here, as ssh would run it on a host): it keeps its
 task while the launcher's heartbeat comes, and ends it when the launcher goes silent (a
-host cut off from the launcher leaves no orphan)."""
+host cut off from the launcher leaves no orphan); one bootstrap runs a host's tasks apart."""
 
 from __future__ import annotations
 
 import json
+import signal
+import socket
 import subprocess
 import sys
 import time
 
+from launcher.api import validate
 from launcher.backends import remote_bootstrap
-from launcher.backends.ssh import BOOTSTRAP_SOURCE
+from launcher.backends.ssh import BOOTSTRAP_SOURCE, HostSession
+from launcher.plan import build_plan
 
 
 def test_bootstrap_ends_its_task_once_the_heartbeat_stops(tmp_path):
@@ -40,3 +44,39 @@ def test_bootstrap_ends_its_task_once_the_heartbeat_stops(tmp_path):
     assert 1.5 <= took < 1.5 + 1 + 2             # silence, then SIGTERM (the task obeys)
     assert "tfcluster-bootstrap: no word from the launcher for 1.5 s: ending the task" in out
     assert 'n0 status {"task": "7", "exit": -15}' in out, (out, err)
+
+
+def test_one_bootstrap_runs_several_tasks_apart():
+    """A host's tasks in one bootstrap (run here as ssh would run it): each task's output
+    and exit status come back to its own handle, a signal reaches only its task, a refused
+    command is one line, and the end of stdin ends the rest."""
+    session = HostSession("here", [sys.executable, "-I", "-S", "-c", remote_bootstrap.STUB])
+    code = "import sys, time; print('up', sys.argv[1], flush=True); time.sleep(int(sys.argv[2]))"
+    ports = iter(range(20000, 20010))
+    plan = build_plan(validate({"cluster": {"worker": 2, "ps": 1}, "model_dir": "/tmp/m",
+                                "command": ["python3"]}), port_for=lambda host: next(ports))
+    handles = []
+    try:
+        for name, secs in (("worker:0", "0"), ("worker:1", "60"), ("ps:0", "60")):
+            argv = [sys.executable, "-c", code, name, secs]
+            role, _, index = name.partition(":")
+            handles.append(session.run(plan.task(role, int(index)), {"task": name, "argv": argv,
+                                                         "env": {}, "cwd": None, "grace": 1}))
+        refused = session.run(handles[0].task, {"task": "worker:0", "argv": ["/no/such/program"],
+                                                "env": {}, "cwd": None, "grace": 1})
+        assert [h.output.readline().decode() for h in handles] == \
+            ["up worker:0\n", "up worker:1\n", "up ps:0\n"]
+        handles[1].signal(signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        while (handles[0].poll() is None or handles[1].poll() is None) and \
+                time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert [h.poll() for h in handles] == [0, -signal.SIGTERM, None]
+        assert refused.poll() == 127
+        assert refused.output.read().decode() == \
+            "tfcluster-bootstrap: worker:0: cannot start /no/such/program on " \
+            f"{socket.gethostname()}: not found\n"
+    finally:
+        session.discard()
+    assert handles[2].poll() == -signal.SIGTERM          # ended with the bootstrap's stdin
+    assert handles[0].output.read() == b""               # each output ended
