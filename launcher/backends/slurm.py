@@ -293,8 +293,9 @@ class SlurmBackend(Backend):
         mem = sum(memory_mb(t.resources["memory"]) for t in tasks) \
             if all("memory" in t.resources for t in tasks) else None
         python = self.options.python or probe_python(tasks[0].command)
+        chdir = [f"--chdir={tasks[0].cwd}"] if tasks[0].cwd else []   # a relative Python
         return self._step_argv(job_id, node, "tfc-node", cpus, mem) + ["--unbuffered"] + \
-            list(self.options.srun_args) + ["--", python, "-I", "-S", "-c", STUB]
+            chdir + list(self.options.srun_args) + ["--", python, "-I", "-S", "-c", STUB]
 
     def _step_argv(self, job_id: str, node: str, name: str, cpus: int,
                    mem: int | None) -> list[str]:
@@ -333,9 +334,9 @@ class SlurmBackend(Backend):
                          f"node step of {len(tasks)} task(s), "
                          f"{_listed([t.name for t in tasks])}")
             lines.append("#   its agent (launcher/backends/slurm_node.py) starts each of them "
-                         "in a process group of its own and relays output and signals:")
-            lines += [f"#   {task.name}: {_shown_env(task)} {shlex.join(task.command)}"
-                      for task in tasks]
+                         "in a process group of its own, with its environment (above), and "
+                         "relays output and signals:")
+            lines += [f"#   {task.name}: {shlex.join(task.command)}" for task in tasks]
         lines.append("# when training ends: SIGTERM to each ps and evaluator (then SIGKILL), "
                      "then")
         lines.append("scancel $J")

@@ -84,8 +84,7 @@ def test_dry_run_prints_the_allocation_and_one_step_per_node(tmp_path, slurm_clu
     # worker and ps: 1 CPU each; memory only where every task of the node gives it
     assert "--cpus-per-task=2" in node_b and "--mem=" not in node_b
     assert node_b.endswith("the node step of 2 task(s), ps:0, worker:0")
-    assert any(line.startswith("#   ps:0: ") and "TF_CONFIG=" in line
-               for line in out.splitlines())
+    assert any(line.startswith("#   ps:0: bash -c ") for line in out.splitlines())
     assert "scancel $J" in out
     one_each = run_launch(str(write_spec(tmp_path, slurm={"steps": "task"})), "--dry-run",
                           env=slurm_cluster.env)
