@@ -360,6 +360,19 @@ def probe(nonce, desc):
     answer({"nonce": nonce, "probe": {"status": status, "output": output[-65536:]}})
 
 
+def spawn(argv, env, cwd):
+    """Start a task: this process's environment plus ``env``, in ``cwd``, in a session of
+    its own, its stdout and stderr into one pipe, SIGTERM when this process dies. OSError
+    when it cannot start (a missing ``cwd`` too)."""
+    full = dict(os.environ)
+    full.update(env)
+    if cwd and not os.path.isdir(cwd):
+        raise FileNotFoundError(2, "No such file or directory", cwd)
+    return subprocess.Popen(argv, env=full, cwd=cwd, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True, preexec_fn=die_with_bootstrap())
+
+
 class Tasks:
     """The tasks this bootstrap runs on its host: id -> process group, while it runs."""
 
@@ -378,21 +391,15 @@ class Tasks:
         nonce, task_id = desc["nonce"], str(desc["run"])
         self.nonce = nonce
         self.grace, self.silence = desc.get("grace", self.grace), desc.get("silence")
-        env = dict(os.environ)
-        env.update(desc.get("env") or {})
-        cwd = desc.get("cwd") or None
-        argv = desc["argv"]
+        argv, env, cwd = desc["argv"], desc.get("env") or {}, desc.get("cwd") or None
         try:
             if self.ending:
                 raise OSError("the launcher is gone")
-            if cwd and not os.path.isdir(cwd):
-                raise FileNotFoundError(2, "No such file or directory", cwd)
-            child = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     start_new_session=True, preexec_fn=die_with_bootstrap())
+            child = spawn(argv, env, cwd)
         except OSError as e:
             line = start_failure_line(desc.get("task", "the task"), argv, e, cwd,
-                                      env.get("PATH"), socket.gethostname())
+                                      env.get("PATH", os.environ.get("PATH")),
+                                      socket.gethostname())
             say(nonce, task_id, line)
             frame(nonce, task_id, b"")
             report(nonce, task=task_id, exit=refused_status(e), refused=line)

@@ -27,7 +27,6 @@ import os
 import selectors
 import signal
 import socket
-import subprocess
 import sys
 import time
 
@@ -41,9 +40,9 @@ try:   # on a node, remote_bootstrap's source ran first in the same namespace
     killpg  # noqa: B018
 except NameError:
     from launcher.backends.remote_bootstrap import (
-        die_with_bootstrap,
         killpg,
         refused_status,
+        spawn,
         start_failure_line,
     )
 
@@ -65,17 +64,12 @@ def frame(out, kind, key, data):
 
 def start(out, tasks, sel, desc):
     key, argv = desc["start"], desc["argv"]
-    env = dict(os.environ)
-    env.update(desc.get("env") or {})
-    cwd = desc.get("cwd") or None
+    env, cwd = desc.get("env") or {}, desc.get("cwd") or None
     try:
-        if cwd and not os.path.isdir(cwd):
-            raise FileNotFoundError(2, "No such file or directory", cwd)
-        proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=True, preexec_fn=die_with_bootstrap())
+        proc = spawn(argv, env, cwd)
     except OSError as e:
-        line = start_failure_line(key.split("#")[0], argv, e, cwd, env.get("PATH"),
+        line = start_failure_line(key.split("#")[0], argv, e, cwd,
+                                  env.get("PATH", os.environ.get("PATH")),
                                   desc.get("host") or socket.gethostname())
         frame(out, "o", key, ("tfcluster-node: " + line + "\n").encode())
         frame(out, "x", key, json.dumps({"exit": refused_status(e), "refused": line}).encode())
