@@ -36,7 +36,9 @@ STUB = ('import os,sys,json;g={"__name__":"tfcluster_node"};exec(json.loads(b"".
 GRACE = 10.0
 CHUNK = 65536
 
-try:   # on a node, remote_bootstrap's source ran first in the same namespace
+# On a node, remote_bootstrap's source ran first in the same namespace: no name here may
+# be one of its own (its functions would call ours).
+try:
     killpg  # noqa: B018
 except NameError:
     from launcher.backends.remote_bootstrap import (
@@ -57,7 +59,7 @@ class Task:
         self.eof = False        # its output ended
 
 
-def frame(out, kind, key, data):
+def send_frame(out, kind, key, data):
     out.write(f"{kind} {key} {len(data)}\n".encode() + data + b"\n")
     out.flush()
 
@@ -71,8 +73,8 @@ def start(out, tasks, sel, desc):
         line = start_failure_line(key.split("#")[0], argv, e, cwd,
                                   env.get("PATH", os.environ.get("PATH")),
                                   desc.get("host") or socket.gethostname())
-        frame(out, "o", key, ("tfcluster-node: " + line + "\n").encode())
-        frame(out, "x", key, json.dumps({"exit": refused_status(e), "refused": line}).encode())
+        send_frame(out, "o", key, ("tfcluster-node: " + line + "\n").encode())
+        send_frame(out, "x", key, json.dumps({"exit": refused_status(e), "refused": line}).encode())
         return
     task = Task(key, proc)
     tasks[key] = task
@@ -103,7 +105,7 @@ def read_output(out, sel, task):
     except OSError:
         data = b""
     if data:
-        frame(out, "o", task.key, data)
+        send_frame(out, "o", task.key, data)
         return
     sel.unregister(task.proc.stdout)
     task.proc.stdout.close()
@@ -117,7 +119,7 @@ def reap(out, tasks):
             if task.status is not None:
                 killpg(task.proc.pid, signal.SIGKILL)   # what is left of its group
         if task.status is not None and task.eof:
-            frame(out, "x", task.key, json.dumps({"exit": task.status}).encode())
+            send_frame(out, "x", task.key, json.dumps({"exit": task.status}).encode())
             del tasks[task.key]
 
 
