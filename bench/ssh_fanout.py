@@ -94,8 +94,8 @@ def main() -> int:
                    help="an OpenSSH option for every connection (ssh.options), e.g. "
                         "KexAlgorithms=curve25519-sha256")
     p.add_argument("--tasks-per-host", type=int, default=1,
-                   help="tasks on each host (the first runs in the preflight connection, the "
-                        "others in sessions of the host's master connection)")
+                   help="tasks on each host (all of them run in the host's one session, "
+                        "the one its preflight check opened)")
     p.add_argument("--storage-check", action="store_true",
                    help="run the shared-storage check between preflight and start, as "
                         "launch does (check_storage: true)")
