@@ -1,6 +1,6 @@
 """The Slurm node step's agent (launcher/backends/slurm_node.py) as a plain process here,
 without Slurm: what srun would run on a node, fed by the launcher's side (node_step.py).
-Fast; the real steps are in test_slurm_backend.py."""
+Fast; the real steps are in tests/slurm/test_slurm_backend.py."""
 
 from __future__ import annotations
 
