@@ -51,11 +51,27 @@ class Output:
         self.lines = list(lines)
         self._changed = threading.Condition()
         self._closed = False
+        self._reading = False       # its reader is back for more: every line taken is handled
+        self._ended = False         # its reader got the end of the stream
 
     def readline(self) -> bytes:
         with self._changed:
+            self._reading = True
+            self._changed.notify_all()
             self._changed.wait_for(lambda: self.lines or self._closed)
-            return self.lines.pop(0) if self.lines else b""
+            self._reading = False
+            if self.lines:
+                return self.lines.pop(0)
+            self._ended = True
+            self._changed.notify_all()
+            return b""
+
+    def settle(self, timeout: float = 5.0) -> None:
+        """Waits (real time) until the reader has handled every line given so far: as a
+        process's lines reach the launcher before time goes on, whatever the load."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._ended or (self._reading and not self.lines),
+                                   timeout)
 
     def add(self, lines: list[bytes]) -> None:
         with self._changed:
@@ -78,7 +94,18 @@ class ScriptedHandle(TaskHandle):
         self.signals: list[int] = []
         self.termed: float | None = None      # when a slow SIGTERM arrived
         self.signalled_at: float | None = None     # when the first signal came
-        self.output = Output([f"{line}\n".encode() for line in script.lines])
+        self._output = Output([f"{line}\n".encode() for line in script.lines])
+        self.read = False           # the job loop took its output to read it
+
+    @property
+    def output(self) -> Output:
+        self.read = True
+        return self._output
+
+    def settle(self) -> None:
+        """Its output, when the job loop reads it, read up to what it printed so far."""
+        if self.read:
+            self._output.settle()
 
     def poll(self) -> int | None:
         s = self.script
@@ -89,7 +116,7 @@ class ScriptedHandle(TaskHandle):
                 self.clock() - self.termed >= s.term_takes:
             self.ended = -signal.SIGTERM if s.term_status is None else s.term_status
         if self.ended is not None:
-            self.output.close_at_exit()
+            self._output.close_at_exit()
         return self.ended
 
     def signal(self, sig: int) -> None:
@@ -101,12 +128,12 @@ class ScriptedHandle(TaskHandle):
         if sig == signal.SIGTERM and self.script.term_takes and not self.script.ignores_term:
             if self.termed is None:
                 self.termed = self.clock()
-                self.output.add([f"{line}\n".encode() for line in self.script.term_lines])
+                self._output.add([f"{line}\n".encode() for line in self.script.term_lines])
             self.poll()
             return
         if sig == signal.SIGKILL or not (sig == signal.SIGTERM and self.script.ignores_term):
             self.ended = -sig
-            self.output.close_at_exit()
+            self._output.close_at_exit()
 
 
 class ScriptedBackend(Backend):
@@ -126,6 +153,13 @@ class ScriptedBackend(Backend):
     def allocate_port(self, host: str) -> int:
         self._port += 1
         return self._port
+
+    def wait(self, seconds: float) -> None:
+        """The job loop's wait: every task's output read so far, then the fake clock on."""
+        for handles in list(self.handles.values()):
+            for handle in handles:
+                handle.settle()
+        self.clock.sleep(seconds)
 
     def start(self, task: TaskPlan) -> TaskHandle:
         done = self.handles.setdefault(task.name, [])
@@ -167,5 +201,5 @@ def run_job(spec_doc: dict, backend: ScriptedBackend, run_dir, monitors=(), trai
     out = Lines()
     clock = backend.clock
     job = Job(plan, backend, str(run_dir / "run"), Console(out, out), list(monitors),
-              clock=clock, wait=clock.sleep, training=training)
+              clock=clock, wait=backend.wait, training=training)
     return job.run(), out

@@ -283,6 +283,11 @@ def test_a_task_gets_sigterm_when_the_thread_that_started_it_is_killed():
          "print(p.pid, flush=True); p.wait()"], stdout=subprocess.PIPE, text=True)
     child = psutil.Process(int(parent.stdout.readline()))
     try:
+        # setpriv sets the signal, then execs the program: kill the parent only after that
+        # (a launcher killed in that instant is the watchdog's to cover)
+        deadline = time.monotonic() + 10
+        while child.name() != "sleep" and time.monotonic() < deadline:
+            time.sleep(0.01)
         parent.kill()
         parent.wait()
         child.wait(timeout=5)       # psutil.TimeoutExpired if it outlived its parent

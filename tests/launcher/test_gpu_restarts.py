@@ -27,7 +27,7 @@ def run(tmp_path, scripts: dict[str, list[Script]], restart: dict):
     place(plan, [Machine("localhost", GPUS, tuple(t.name for t in plan.tasks))])
     out = Lines()
     job = Job(plan, backend, str(tmp_path / "run"), Console(out, out), [],
-              clock=backend.clock, wait=backend.clock.sleep)
+              clock=backend.clock, wait=backend.wait)
     return job.run(), backend, out
 
 

@@ -48,6 +48,15 @@ def tf_ps():
         proc.wait()
 
 
+def answers_again(ask, within: float = 10.0) -> bool:
+    deadline = time.monotonic() + within
+    while not ask().ok:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 def test_probe_follows_a_real_tf_server_through_start_freeze_and_death(tf_ps):
     address, proc = tf_ps
     prober = GrpcProber(deadline=1.0)
@@ -69,8 +78,10 @@ def test_probe_follows_a_real_tf_server_through_start_freeze_and_death(tf_ps):
         frozen = pinger.ask_all([address])[address]
         assert (frozen.ok, frozen.code) == (False, "DEADLINE_EXCEEDED")
         os.killpg(proc.pid, signal.SIGCONT)
-        assert prober.ask(address).ok
-        assert pinger.ask_all([address])[address].ok
+        # answers again once continued (a thawed server first works off what queued while
+        # it was stopped: a call at once may still run into its deadline on a busy machine)
+        assert answers_again(lambda: prober.ask(address)), prober.ask(address)
+        assert answers_again(lambda: pinger.ask_all([address])[address])
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         gone = prober.ask(address)
