@@ -14,11 +14,13 @@ every call takes the plan (``preflight``, ``describe``, ``submit``) or a task of
 
 from __future__ import annotations
 
+import os
 import re
 import signal
+import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Protocol
+from typing import IO, TYPE_CHECKING, Any, Callable, ClassVar, Protocol
 
 if TYPE_CHECKING:
     from launcher.checks import Address
@@ -71,6 +73,35 @@ class TaskHandle(ABC):
     def pid(self) -> int | None:
         """The local process id behind the handle, when there is one."""
         return None
+
+
+class RelayedOutput:
+    """A task's output that a thread of the launcher relays from elsewhere (an agent's
+    frames: ssh's host session, a Slurm node step): ``output`` is the read end of a pipe of
+    its own, read as any process's output is; ``write`` passes bytes on, ``close`` ends it
+    (EOF: everything written is read before the job loop sees the task's exit)."""
+
+    def __init__(self) -> None:
+        read_end, self._write_end = os.pipe()
+        self.output: IO[bytes] = open(read_end, "rb")   # noqa: SIM115 (the job loop closes it)
+        self._lock = threading.Lock()
+
+    def write(self, data: bytes) -> None:
+        with self._lock:
+            if self._write_end < 0:
+                return
+            view = memoryview(data)
+            try:
+                while view:
+                    view = view[os.write(self._write_end, view):]
+            except OSError:         # the reader closed its end: the output is dropped
+                pass
+
+    def close(self) -> None:
+        with self._lock:
+            if self._write_end >= 0:
+                os.close(self._write_end)
+                self._write_end = -1
 
 
 class ExecWatch:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import signal
 import subprocess
 import threading
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from launcher.backends import remote_bootstrap, slurm_node
-from launcher.backends.base import TaskHandle
+from launcher.backends.base import RelayedOutput, TaskHandle
 from launcher.backends.processes import dies_with_parent
 from launcher.plan import TaskPlan
 
@@ -39,28 +38,14 @@ class NodeTaskHandle(TaskHandle):
         self.step = step
         self.key = key
         self.status: int | None = None
-        read, self._write = os.pipe()
-        self.output: IO[bytes] = open(read, "rb")   # noqa: SIM115 (the job loop closes it)
-        self._lock = threading.Lock()
-
-    def feed(self, data: bytes) -> None:
-        with self._lock:
-            if self._write < 0:
-                return
-            view = memoryview(data)
-            try:
-                while view:
-                    view = view[os.write(self._write, view):]
-            except OSError:         # the reader closed its end: the output is dropped
-                pass
+        self._relay = RelayedOutput()
+        self.output: IO[bytes] = self._relay.output
+        self.feed = self._relay.write
 
     def end(self, status: int, refused: str | None = None) -> None:
         """Its output ended, then the task: EOF first, so every byte is read before the
         job loop sees the exit."""
-        with self._lock:
-            if self._write >= 0:
-                os.close(self._write)
-                self._write = -1
+        self._relay.close()
         if refused:
             self.start_failure = refused
         self.status = status

@@ -37,7 +37,7 @@ import psutil
 
 from launcher import gpus
 from launcher.backends import remote_bootstrap
-from launcher.backends.base import Backend, ProbeResult, TaskHandle
+from launcher.backends.base import Backend, ProbeResult, RelayedOutput, TaskHandle
 from launcher.backends.options import option
 from launcher.backends.options import parse as parse_section
 from launcher.backends.processes import dies_with_parent
@@ -389,25 +389,9 @@ class SSHHandle(TaskHandle):
         self.remote_pid: int | None = None
         self.exit: int | None = None
         self.given_up = False        # SIGKILL had no effect on a host that still answers
-        read_end, self._write_end = os.pipe()
-        self._writing = True
-        self.output = os.fdopen(read_end, "rb")
-
-    def write(self, data: bytes) -> None:
-        """Pass output on to the job loop's reader (called with the session's route lock)."""
-        if not self._writing:
-            return
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(self._write_end, view):]
-        except OSError:
-            pass
-
-    def close_output(self) -> None:
-        if self._writing:
-            self._writing = False
-            os.close(self._write_end)
+        relay = RelayedOutput()      # the session's reader passes the task's output on
+        self.output = relay.output
+        self.write, self.close_output = relay.write, relay.close
 
     def poll(self) -> int | None:
         if self.exit is not None:
