@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from support import REPO
+
 BED_FOLDERS = {"tests/slurm/": "slurm", "tests/ssh/": "ssh", "tests/docker/": "docker"}
-# The folders whose tests use the S3 server (the ``s3`` and ``storage`` fixtures above).
+# The folders whose tests use the S3 server (tests/conftest.py's ``s3`` and ``storage``).
 S3_FOLDERS = ("tests/coordinator/", "tests/orchestrator/", "tests/launcher/preflight/")
 
 
