@@ -26,6 +26,20 @@ fi
 
 pipq() { "$@" 2>&1 | grep -v -E "is ignored: it is neither|BuildBackendWarning" || true; }
 
+# The two environments install TensorFlow side by side (pip is single-threaded).
+tf2_env() {
+  if [[ ! -x .venv-tf2/bin/python ]] || ! .venv-tf2/bin/python -c "import tf_keras" 2>/dev/null; then
+    echo "setup: .venv-tf2 (TensorFlow 2.21)"
+    "$PY" -m venv .venv-tf2
+    pipq .venv-tf2/bin/pip install -q "tensorflow-cpu==2.21.0" fsspec psutil
+    pipq .venv-tf2/bin/pip install -q --no-deps "tf-keras==2.21.0"
+  fi
+  .venv-tf2/bin/python -c "import rich" 2>/dev/null || pipq .venv-tf2/bin/pip install -q rich
+}
+trap 'kill $(jobs -p) 2>/dev/null || true' EXIT    # a failed step leaves nothing installing
+tf2_env &
+tf2_pid=$!
+
 if [[ ! -x .venv/bin/python ]] || ! .venv/bin/python -c "import tensorflow_estimator, pytest, s3fs" 2>/dev/null; then
   echo "setup: .venv (TensorFlow 2.15, tfcluster, test tools)"
   "$PY" -m venv .venv
@@ -34,13 +48,19 @@ fi
 pipq .venv/bin/pip install -q -e ".[dev]"
 .venv/bin/python -c "import tensorflow_estimator, pytest, s3fs, launcher" || { echo "setup: .venv is broken" >&2; exit 1; }
 
-if [[ ! -x .venv-tf2/bin/python ]] || ! .venv-tf2/bin/python -c "import tf_keras" 2>/dev/null; then
-  echo "setup: .venv-tf2 (TensorFlow 2.21)"
-  "$PY" -m venv .venv-tf2
-  pipq .venv-tf2/bin/pip install -q "tensorflow-cpu==2.21.0" fsspec psutil
-  pipq .venv-tf2/bin/pip install -q --no-deps "tf-keras==2.21.0"
+# The Docker test bed's base image (a debootstrap root, tests/infra/docker_engine.py), made
+# once per machine while the TensorFlow 2.21 environment installs. SETUP_DOCKER_BASE=0 skips it.
+base_pid=
+if [[ ${SETUP_DOCKER_BASE:-1} == 1 && $(id -u) == 0 ]] && command -v debootstrap >/dev/null \
+   && [[ -x /usr/sbin/dockerd ]]; then
+  .venv/bin/python tests/infra/docker_engine.py base-tarball >/dev/null &
+  base_pid=$!
 fi
-.venv-tf2/bin/python -c "import rich" 2>/dev/null || pipq .venv-tf2/bin/pip install -q rich
-pipq .venv-tf2/bin/pip install -q --no-deps -e .
+
+wait "$tf2_pid" || { echo "setup: .venv-tf2 failed" >&2; exit 1; }
+pipq .venv-tf2/bin/pip install -q --no-deps -e .     # after .venv's: one build of the checkout at a time
 .venv-tf2/bin/python -c "import tf_keras, orchestrator" || { echo "setup: .venv-tf2 is broken" >&2; exit 1; }
+if [[ -n $base_pid ]] && ! wait "$base_pid"; then
+  echo "setup: the Docker bed's base image (debootstrap) failed; the Docker tests will retry it" >&2
+fi
 echo "setup: done (activate with: . .venv/bin/activate)"

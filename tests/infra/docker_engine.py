@@ -21,6 +21,7 @@ copies its whole image: slow).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import secrets
 import shutil
@@ -191,10 +192,18 @@ def _unmount_under(root: Path) -> None:
 
 
 def base_tarball() -> Path:
-    """The debootstrap root of the base image as a tarball, made once per machine."""
+    """The debootstrap root of the base image as a tarball, made once per machine
+    (scripts/setup.sh makes it ahead, alongside the virtual environments). A lock file
+    beside it makes a second maker wait for the first."""
     tarball = cache_dir() / f"docker-base-{SUITE}.tar.gz"
-    if tarball.exists():
-        return tarball
+    with open(cache_dir() / f"docker-base-{SUITE}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not tarball.exists():
+            _debootstrap_into(tarball)
+    return tarball
+
+
+def _debootstrap_into(tarball: Path) -> None:
     work = cache_dir() / f"debootstrap-{secrets.token_hex(4)}"
     try:
         subprocess.run(["debootstrap", "--variant=minbase", f"--include={BASE_PACKAGES}",
@@ -208,7 +217,6 @@ def base_tarball() -> Path:
         partial.rename(tarball)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return tarball
 
 
 def _start(root: Path, driver: str, cli: str, timeout: float = 60) -> DockerEngine:
@@ -284,3 +292,11 @@ def docker_engine(workdir: str | os.PathLike | None = None) -> Iterator[DockerEn
         yield engine
     finally:
         engine.stop()
+
+
+if __name__ == "__main__":      # scripts/setup.sh: the base image's tarball, made ahead
+    import sys
+
+    if sys.argv[1:] != ["base-tarball"]:
+        sys.exit("usage: docker_engine.py base-tarball")
+    print(base_tarball())
