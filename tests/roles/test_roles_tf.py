@@ -53,11 +53,12 @@ def test_tf1_flags_script_runs_a_ps_worker_cluster_without_a_wrapper(tmp_path):
 
 
 def test_a_ps_with_a_command_of_its_own(tmp_path):
-    done, tasks = launch(tmp_path, roles={"ps": {
+    """One worker: the rule is the ps's own command and environment."""
+    done, tasks = launch(tmp_path, cluster={"worker": 1, "ps": 1}, roles={"ps": {
         "command": [PY_TF215, str(JOBS / "tony_ps.py")],
         "env": {"JOB_NAME": "$(TFCLUSTER_TASK_TYPE)", "TASK_INDEX": "$(TFCLUSTER_TASK_INDEX)"}}})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert tasks == {"ps:0": (-15, True), "worker:0": (0, False), "worker:1": (0, False)}
+    assert tasks == {"ps:0": (-15, True), "worker:0": (0, False)}
     assert "tony-style ps 0 serving" in log(tmp_path, "ps-0")
-    assert "done at global step" in log(tmp_path, "worker-1")
+    assert "done at global step" in log(tmp_path, "worker-0")
     assert tfcluster_tasks() == []
