@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-export PIP_DISABLE_PIP_VERSION_CHECK=1
+export PIP_DISABLE_PIP_VERSION_CHECK=1 TF_CPP_MIN_LOG_LEVEL=2   # no TensorFlow banners from the checks
 
 if [[ ${SETUP_APT:-1} == 1 && $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
   need=()
