@@ -253,6 +253,11 @@ def parse_with(python: str, code: str, configs: list[str]) -> list[dict]:
 
 @pytest.mark.tf
 def test_every_pods_tf_config_is_accepted_by_tensorflow(tmp_path):
+    """The pods of every mode (tfjob, plain, and jobset: its own pods are checked in
+    tests/kubernetes/test_jobset.py) through TensorFlow's parsers: one process per version
+    reads every pod's TF_CONFIG."""
+    from test_jobset import jobset_pods, render  # it imports this module
+
     all_pods = []
     for mode in ("tfjob", "plain"):
         (tmp_path / mode).mkdir()
@@ -271,12 +276,16 @@ def test_every_pods_tf_config_is_accepted_by_tensorflow(tmp_path):
             assert cfg["cluster"][pod["role"]][pod["index"]] == f"{pod['dns']}:2222"
         assert pod["env"]["TFCLUSTER_TASK"] == f"{pod['role']}:{pod['index']}"
         assert pod["env"]["GREETING"] == "cost $(not a var)"
+    (tmp_path / "jobset").mkdir()
+    all_pods += jobset_pods(render(tmp_path / "jobset"))
 
     configs = [p["env"]["TF_CONFIG"] for p in all_pods]
-    for pod, got in zip(all_pods, parse_with(PY_TF221, PARSE_TF221, configs)):
+    for pod, got in zip(all_pods, parse_with(PY_TF221, PARSE_TF221, configs), strict=True):
+        cluster = json.loads(pod["env"]["TF_CONFIG"])["cluster"]
         assert (got["type"], got["index"]) == (pod["role"], pod["index"])
-        assert got["cluster"]["ps"] == json.loads(pod["env"]["TF_CONFIG"])["cluster"]["ps"]
-    for pod, got in zip(all_pods, parse_with(PY_TF215, PARSE_TF215, configs)):
+        assert got["cluster"]["ps"] == cluster["ps"]
+        assert got["cluster"]["worker"] == cluster["worker"]
+    for pod, got in zip(all_pods, parse_with(PY_TF215, PARSE_TF215, configs), strict=True):
         assert (got["type"], got["index"]) == (pod["role"], pod["index"])
         assert got["chief"] == (pod["role"] == "chief")
         if pod["role"] != "evaluator":
