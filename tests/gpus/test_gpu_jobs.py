@@ -1,6 +1,7 @@
-"""A real local job on a machine with 4 stand-in GPUs (tests/fake_gpu): real TensorFlow
-(CPU) tasks report the CUDA_VISIBLE_DEVICES they were given; a killed worker comes back on
-its own devices; the closing table and `launch status` show every task's."""
+"""A real local job on a machine with 4 stand-in GPUs (tests/fake_gpu): its tasks (the ps a
+real TensorFlow server the launcher probes) report the CUDA_VISIBLE_DEVICES they were
+given; a killed worker comes back on its own devices; the closing table and `launch
+status` show every task's."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """GPUs over ssh (docs/gpus.md): each netns host answers the launcher's nvidia-smi query in
-its preflight check (a stand-in with 2 GPUs on h1, 1 on h2, put on the tasks' PATH); real
-TensorFlow (CPU) tasks report the CUDA_VISIBLE_DEVICES they were given."""
+its preflight check (a stand-in with 2 GPUs on h1, 1 on h2, put on the tasks' PATH); the
+tasks (the ps a real TensorFlow server) report the CUDA_VISIBLE_DEVICES they were given."""
 
 from __future__ import annotations
 

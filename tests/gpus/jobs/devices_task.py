@@ -1,9 +1,12 @@
-"""A real TensorFlow task that reports the devices it was given (tests/gpus).
+"""A task that reports the devices it was given (tests/gpus).
 
-Every start prints its CUDA_VISIBLE_DEVICES and the GPUs TensorFlow sees, and writes them
-to $GPU_REPORTS/<type>-<index>.<start>.json. The ps runs TensorFlow's own server (the
-launcher's probe gets its answer); worker:1 kills itself (SIGKILL) at its first start; the
-chief exits 0 once worker:1 started twice; the others wait to be stopped.
+Every start prints its CUDA_VISIBLE_DEVICES and writes it to
+$GPU_REPORTS/<type>-<index>.<start>.json. The ps runs TensorFlow's own server (the
+launcher's probe gets its answer), the only task that imports TensorFlow: the stand-in
+GPUs (tests/fake_gpu) are nothing TensorFlow could use, and what the launcher gives a task
+is its environment, which the trainers report without it (one TF import instead of five).
+worker:1 kills itself (SIGKILL) at its first start; the chief exits 0 once worker:1
+started twice; the others wait to be stopped.
 """
 
 import glob
@@ -13,22 +16,21 @@ import signal
 import socket
 import time
 
-import tensorflow as tf
-
 config = json.loads(os.environ["TF_CONFIG"])
 kind, index = config["task"]["type"], config["task"]["index"]
 reports = os.environ["GPU_REPORTS"]
 start = len(glob.glob(os.path.join(reports, f"{kind}-{index}.*.json")))
 seen = {"task": f"{kind}:{index}", "start": start, "host": socket.gethostname(),
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-        "tf_gpus": len(tf.config.list_physical_devices("GPU")),
         "restart_count": os.environ.get("TFCLUSTER_RESTART_COUNT")}
 with open(os.path.join(reports, f"{kind}-{index}.{start}.json"), "w") as f:
     json.dump(seen, f)
 print(f"{kind}:{index} start {start}: CUDA_VISIBLE_DEVICES="
-      f"{seen['cuda_visible_devices']!r}, TensorFlow sees {seen['tf_gpus']} GPUs", flush=True)
+      f"{seen['cuda_visible_devices']!r}", flush=True)
 
 if kind == "ps":
+    import tensorflow as tf
+
     server = tf.distribute.Server(tf.train.ClusterSpec(config["cluster"]), job_name="ps",
                                   task_index=index, protocol="grpc", start=True)
     server.join()
