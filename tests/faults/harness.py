@@ -54,10 +54,12 @@ class Kill:
 def job_spec(kind: str, tmp: Path, max_steps: int = 600, save_steps: int = 100,
              evaluator: bool = False, workers: int = 1, sleep: float = 0.02,
              **overrides) -> dict:
-    """A spec for the Estimator (``estimator``) or ParameterServerStrategy (``pss``) job."""
+    """A spec for the Estimator (``estimator``) or ParameterServerStrategy (``pss``) job;
+    ``workers=0``: a chief and a ps alone (an Estimator job)."""
     script = "estimator_job.py" if kind == "estimator" else "pss_job.py"
     python = PY_TF215 if kind == "estimator" else PY_TF221
-    doc = {"name": f"fault-{kind}", "cluster": {"chief": 1, "worker": workers, "ps": 1},
+    cluster = {"chief": 1, "worker": workers, "ps": 1} if workers else {"chief": 1, "ps": 1}
+    doc = {"name": f"fault-{kind}", "cluster": cluster,
            "command": [python, str(JOBS / script)], "model_dir": str(tmp / "model"),
            "max_steps": max_steps, "run_dir": str(tmp / "runs"),
            "env": {"FAULT_SAVE_STEPS": str(save_steps), "FAULT_STEP_SLEEP": str(sleep),
