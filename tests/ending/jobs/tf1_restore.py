@@ -5,7 +5,7 @@ it restores the newest checkpoint, so its summaries start again from that step i
 same events file. The script ignores max_steps (it trains until it is stopped), saves a
 checkpoint every SAVE_EVERY steps and a summary every 5 (flushed at once, so that the
 launcher reads them as they come), and trains slower after the restore (0.2 s a step).
-The ps serves until stopped."""
+A ps, where the cluster has one, serves until stopped."""
 
 import json
 import os
