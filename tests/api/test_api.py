@@ -59,10 +59,11 @@ def test_bad_input_raises_the_clis_error_and_starts_nothing(tmp_path, monkeypatc
 def test_run_the_estimator_example_from_python(tmp_path, monkeypatch, capsys):
     """In this process, off a terminal: status 0 and the rows; the console stays short
     (at most 60 lines) while the logs keep every line. The example's spec as a dict, with
-    one worker (tests/examples runs the whole example through `launch`)."""
+    a chief and the evaluator (whose evaluations are shown) only: no worker, no ps
+    (tests/examples runs the whole example through `launch`)."""
     monkeypatch.chdir(REPO)
     spec = json.loads((REPO / "cluster_specs" / "estimator.json").read_text())
-    spec["cluster"]["worker"] = ["localhost"]
+    spec["cluster"] = {"chief": ["localhost"]}
     result = launcher.run(spec, [PY_TF215, "examples/estimator/train.py"],
                           run_dir=str(tmp_path / "run"), model_dir=str(tmp_path / "model"),
                           epochs=1)
@@ -73,8 +74,7 @@ def test_run_the_estimator_example_from_python(tmp_path, monkeypatch, capsys):
     assert plan["max_steps"] < 602                        # epochs=1 overrode the spec's 3
     assert result.final_step >= plan["max_steps"]         # the newest complete checkpoint
     rows = {r["task"]: (r["exit"], r["stopped"]) for r in result.tasks}
-    assert rows == {"ps:0": (-15, True), "chief:0": (0, False), "worker:0": (0, False),
-                    "evaluator:0": (0, False)}
+    assert rows == {"chief:0": (0, False), "evaluator:0": (0, False)}
     assert result.run_dir == str(tmp_path / "run")
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == 0
 
