@@ -1,6 +1,7 @@
 """The image's ssh-host stage as real SSH hosts: two containers on a user-defined network,
 each with its own sshd and address; the ssh backend runs the Estimator example across
-them (chief and ps on one, the worker on the other), model_dir a folder both mount."""
+them (the chief on one, the ps on the other: no worker, which would only cost CPU), model_dir
+a folder both mount."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import subprocess
 import time
 
 import pytest
-from support import ended_well, run_launch
+from support import run_launch
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 NETWORK = "tfc-test-sshnet"
@@ -66,19 +67,19 @@ def test_the_ssh_backend_runs_a_job_across_two_ssh_host_containers(engine, ssh_h
     model_dir = shared / "model"
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({
-        "name": "sshc", "cluster": {"chief": [h1], "worker": [h2], "ps": [h1]},
+        "name": "sshc", "cluster": {"chief": [h1], "ps": [h2]},
         "command": ["python", "examples/estimator/train.py", "--save-steps", "100"],
-        "workdir": "/opt/tfcluster", "model_dir": str(model_dir), "max_steps": 200,
+        "workdir": "/opt/tfcluster", "model_dir": str(model_dir), "max_steps": 100,
         "backend": "ssh", "ssh": section, "timeouts": {"kill": 5}}))
     run_dir = tmp_path / "run"
     done = run_launch(str(spec), "--run-dir", str(run_dir), "--quiet", timeout=300)
     assert done.returncode == 0, done.stderr
     rows = {r["task"]: r for r in json.loads((run_dir / "summary.json").read_text())["tasks"]}
     assert rows["ps:0"]["exit"] == -signal.SIGTERM and rows["ps:0"]["stopped"]
-    assert rows["chief:0"]["exit"] == 0 and ended_well(rows["worker:0"])
+    assert rows["chief:0"]["exit"] == 0
     assert {r["address"].rsplit(":", 1)[0] for r in rows.values()} == {h1, h2}
     state = (model_dir / "checkpoint").read_text()
-    assert int(state.split('"', 2)[1].rsplit("-", 1)[1]) >= 200
+    assert int(state.split('"', 2)[1].rsplit("-", 1)[1]) >= 100
     for name in ("tfc-test-ssh1", "tfc-test-ssh2"):      # nothing of the job left there
         assert not [c for c in commands_in(engine, name) if "train.py" in c]
 
