@@ -30,12 +30,23 @@ def compose(compose_file, *args: str, timeout: float = 120) -> subprocess.Comple
                           capture_output=True, text=True, timeout=timeout)
 
 
-def state(engine, compose_file, service: str) -> tuple[str, int]:
-    ids = compose(compose_file, "ps", "-q", service).stdout.split()
-    assert ids, f"no container for {service}"
-    out = engine.docker("inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", ids[0])
-    status, code = out.stdout.decode().split()
-    return status, int(code)
+def containers(compose_file, services: tuple[str, ...]) -> dict[str, str]:
+    """The container id of each service, as `docker-compose ps -q SERVICE` names it."""
+    ids = {}
+    for service in services:
+        found = compose(compose_file, "ps", "-q", service).stdout.split()
+        assert found, f"no container for {service}"
+        ids[service] = found[0]
+    return ids
+
+
+def states(engine, ids: dict[str, str]) -> dict[str, tuple[str, int]]:
+    """Status and exit code of each service's container (one `docker inspect`: polled,
+    and docker-compose is a Python program that costs ~0.5 CPU-s a call)."""
+    out = engine.docker("inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}",
+                        *ids.values()).stdout.decode().splitlines()
+    return {service: (line.split()[0], int(line.split()[1]))
+            for service, line in zip(ids, out)}
 
 
 @pytest.mark.skipif(shutil.which("docker-compose") is None, reason="needs docker-compose")
@@ -55,14 +66,15 @@ def test_the_generated_compose_file_runs_the_job_and_down_stops_the_ps(engine, i
     try:
         up = compose(compose_file, "up", "-d", "--no-build")
         assert up.returncode == 0, up.stderr
+        ids = containers(compose_file, (*ENDING, "ps-0"))
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
-            states = {s: state(engine, compose_file, s) for s in ENDING}
-            if all(status == "exited" for status, _ in states.values()):
+            now = states(engine, ids)
+            if all(now[s][0] == "exited" for s in ENDING):
                 break
             time.sleep(1)
-        assert states == {s: ("exited", 0) for s in ENDING}
-        assert state(engine, compose_file, "ps-0")[0] == "running"   # compose never ends it
+        assert {s: now[s] for s in ENDING} == {s: ("exited", 0) for s in ENDING}
+        assert now["ps-0"][0] == "running"                           # compose never ends it
         volume = f"{PROJECT}_model"
         got = engine.docker("run", "--rm", "--mount", f"type=volume,src={volume},dst=/shared",
                             IMAGE, "cat", "/shared/model/checkpoint").stdout.decode()
