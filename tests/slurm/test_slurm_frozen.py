@@ -2,7 +2,7 @@
 gets SIGSTOP mid-training. The launcher asks every task's TF server over gRPC at its
 node's address, names the ps after ``timeouts.unresponsive``, kills it and, under the
 default restart policy of a ps, restarts the whole cluster from the newest checkpoint; the
-job then finishes. The same scenario on the local backend: tests/faults/test_frozen_tasks.py."""
+job then finishes. The same scenario on the local backend: tests/faults/test_kills.py."""
 
 from __future__ import annotations
 
