@@ -287,6 +287,7 @@ STEP_KEYS = (
     "optimizer/iter/.ATTRIBUTES/VARIABLE_VALUE",
     "optimizer/iterations/.ATTRIBUTES/VARIABLE_VALUE",
     "optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE",   # tf_keras 2.11+ optimizers
+    "estimator_global_step/.ATTRIBUTES/VARIABLE_VALUE",   # tf.keras.estimator.model_to_estimator
 )
 
 

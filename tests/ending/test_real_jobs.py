@@ -6,39 +6,17 @@ CPU-s): a chief; a ps where the script's training is parameter-server training t
 launcher ends; the evaluator where the test names one. No worker: a worker trains as the
 chief does, and the rules on stopping several trainers are held by the scripted
 tests/launcher/test_end_loop.py (real workers: tests/examples). 1-3 TensorFlow processes
-for 8-20 s."""
+for 8-20 s. Kubeflow's script as written (input for ever): test_input_for_ever_real.py."""
 
 from __future__ import annotations
 
-import json
 import shlex
-from pathlib import Path
 
 import pytest
-from support import PY_TF215, REPO, run_launch
+from support import PY_TF215, REPO
+from thirdparty_jobs import CHIEF_ALONE, THIRDPARTY, launch, shell
 
 pytestmark = pytest.mark.tf
-THIRDPARTY = REPO / "tests" / "thirdparty"
-CHIEF_AND_PS = {"chief": 1, "ps": 1}
-CHIEF_ALONE = {"chief": 1}
-
-
-def shell(script: str, *args: str) -> list[str]:
-    """The command of every task: the script under TF 2.15, arguments from the task's
-    environment (``$TFCLUSTER_MODEL_DIR``...)."""
-    return ["sh", "-c", f"exec {shlex.quote(PY_TF215)} {THIRDPARTY / script} {' '.join(args)}"]
-
-
-def launch(tmp_path: Path, doc: dict) -> tuple[object, dict, list[dict]]:
-    doc = {"model_dir": str(tmp_path / "model"), "cluster": CHIEF_AND_PS, **doc}
-    spec = tmp_path / "cluster.json"
-    spec.write_text(json.dumps(doc))
-    run_dir = tmp_path / "run"
-    proc = run_launch(str(spec), "--quiet", "--run-dir", str(run_dir), timeout=240)
-    summary = json.loads((run_dir / "summary.json").read_text())
-    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
-    return proc, summary, events
-
 
 STOCK = shell("stock_estimator.py", '--model_dir="$TFCLUSTER_MODEL_DIR"',
               '--max_steps="$TFCLUSTER_MAX_STEPS"')
@@ -61,25 +39,6 @@ def test_a_stock_train_and_evaluate_ends_well(tmp_path):
     for incident in summary["restarts"]:     # only ever the evaluator, for a vanished file
         assert incident["tasks"] == ["evaluator:0"]
         assert "deleted under it" in incident["reason"]
-
-
-def test_input_for_ever_and_no_max_steps_in_the_script_ends_at_max_steps(tmp_path):
-    """Kubeflow's example: TrainSpec without max_steps, input repeated, TF's evaluator (it
-    would loop for ever). The trainers are stopped as soon as a checkpoint reached
-    max_steps, the evaluator once it evaluated the final checkpoint; the final step is
-    reported. A chief, its ps and the evaluator."""
-    proc, summary, events = launch(tmp_path, {
-        "evaluator": "localhost", "max_steps": 200,
-        "command": shell("kubeflow_keras_estimator.py", '"$TFCLUSTER_MODEL_DIR"'),
-        "env": {"EVAL_DELAY": "1", "EVAL_THROTTLE": "1"}})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    stops = {tuple(e["tasks"]): e["reason"] for e in events if e["event"] == "stopping"}
-    assert "still moving: the script ignores max_steps" in stops[("chief:0",)]
-    assert stops[("evaluator:0",)].startswith("the final checkpoint (step ")
-    final = summary["final_step"]
-    assert final >= 200 and summary["evaluated_step"] == final
-    assert f"final checkpoint model.ckpt-{final}, {final - 200} steps past max_steps 200" \
-        in proc.stderr
 
 
 MIGRATION = shell("migration_guide_estimator.py")      # the rule is the chief's model_dir
@@ -114,9 +73,9 @@ def test_a_model_dir_other_than_the_spec_s_shows_tensorflow_s_error(tmp_path):
 
 
 def test_the_opt_in_runner_stops_an_unmodified_script_at_max_steps(tmp_path):
-    """The same Kubeflow script under `python -m orchestrator.at_max_steps`: its TrainSpec
-    gets max_steps from TFCLUSTER_MAX_STEPS, so the chief stops there by itself. A chief
-    and its ps: the rule is the chief's own stop."""
+    """Kubeflow's script (test_input_for_ever_real.py) under `python -m
+    orchestrator.at_max_steps`: its TrainSpec gets max_steps from TFCLUSTER_MAX_STEPS, so
+    the chief stops there by itself. A chief and its ps: the rule is the chief's own stop."""
     command = ["sh", "-c", f"exec {shlex.quote(PY_TF215)} -m orchestrator.at_max_steps "
                            f"{THIRDPARTY / 'kubeflow_keras_estimator.py'} "
                            f'"$TFCLUSTER_MODEL_DIR"']
