@@ -3,7 +3,8 @@ stopped by the launcher and no process of the job is left behind.
 
 The Estimator and PSS examples run with one worker where their specs have two: a second
 worker trains as the first (~6 CPU-s a TensorFlow process), and tests/epochs runs both
-examples with two workers (every example read exactly `epochs` times across them)."""
+examples with several trainers, two workers among them in the PSS example's epochs test
+and the Estimator example's without-helpers control."""
 
 from __future__ import annotations
 
