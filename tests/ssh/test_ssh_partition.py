@@ -3,7 +3,13 @@ again): the launcher names the ps there after ``timeouts.unresponsive`` (its TF 
 longer answers gRPC, though its ssh session is still open), fails the job under policy
 ``never``. No task is left on any host, not even on the cut-off one while its link is still
 down (its bootstrap ends the task when the launcher's heartbeat stops; only sshd's session
-for the dead connection waits there), and nothing at all once the link is back."""
+for the dead connection waits there), and nothing at all once the link is back.
+
+The tasks are stand-ins (tests/ssh/jobs/sleeper.py: its ps answers TensorFlow's GetStatus
+through tests/fake_tf_server.py, and holds a grandchild in a process group of its own): this
+is the ssh backend's mechanics (a cut host, its bootstrap's heartbeat); a real TensorFlow ps
+that stops answering is tests/faults/test_kills.py and tests/slurm/test_slurm_frozen.py;
+real TensorFlow over ssh, test_ssh_jobs.py::test_estimator_job_across_three_hosts."""
 
 from __future__ import annotations
 
@@ -14,12 +20,14 @@ import time
 import pytest
 from faults.harness import Kill, LaunchRun, detected_in
 from ssh_specs import write_spec
-from support import PY_TF215
+from support import PY_TF215, REPO
 
 UNRESPONSIVE = 8
 PROBE_PERIOD = 2     # launcher.monitors.liveness.PROBE_PERIOD
 
-pytestmark = [pytest.mark.tf, pytest.mark.slow]
+SLEEPER = str(REPO / "tests" / "ssh" / "jobs" / "sleeper.py")
+
+pytestmark = pytest.mark.slow
 
 
 def tasks_left(bed, timeout: float) -> dict[str, list[str]]:
@@ -36,6 +44,17 @@ def tasks_left(bed, timeout: float) -> dict[str, list[str]]:
         time.sleep(0.2)
 
 
+def answered(run: LaunchRun, task: str, timeout: float) -> bool:
+    """Whether the launcher asked ``task`` (a sleeper) GetStatus within ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and run.proc.poll() is None:
+        if any(line.task == task and line.text == "answered GetStatus"
+               for line in list(run.lines)):
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def link(host, state: str) -> None:
     subprocess.run(["ip", "link", "set", host.veth, state], check=True)
 
@@ -43,15 +62,15 @@ def link(host, state: str) -> None:
 def test_partitioned_ps_host_is_named_and_nothing_is_left_on_any_host(hosts, tmp_path):
     h1 = hosts.hosts[0]
     spec = write_spec(tmp_path, hosts, {"chief": ["h2"], "worker": ["h3"], "ps": ["h1"]},
-                      command=[PY_TF215, "tests/faults/jobs/estimator_job.py"],
-                      max_steps=100000, restart={"ps": "never"},
-                      env={"FAULT_SAVE_STEPS": "50", "FAULT_STEP_SLEEP": "0.05",
-                           "FAULT_PRINT_EVERY": "10"},
+                      command=[PY_TF215, SLEEPER], max_steps=100000, restart={"ps": "never"},
                       timeouts={"kill": 2, "finish": 5, "start": 60,
                                 "unresponsive": UNRESPONSIVE})
     run = LaunchRun(spec)
     try:
-        assert run.wait_for_step(50, timeout=180), run.stderr_text()[-3000:]
+        # the ps answered the launcher once (from then on a silence of UNRESPONSIVE s loses
+        # it); a moment for that answer to reach the launcher
+        assert answered(run, "ps:0", timeout=60), run.stderr_text()[-3000:]
+        time.sleep(1)
         link(h1, "down")
         cut = Kill("ps:0", time.monotonic(), run.top_step(), "partition")
         status = run.wait(timeout=120)

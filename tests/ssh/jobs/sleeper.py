@@ -2,7 +2,8 @@
 (as TensorFlow's helpers may), prints "ready", and sleeps. Options by task name:
     --stubborn TASK   that task ignores SIGTERM (only SIGKILL ends it)
     --fail TASK       that task exits with status 3, 2 s after "ready"
-A ps answers the launcher's gRPC probe as a TensorFlow ps does.
+A ps answers the launcher's gRPC probe as a TensorFlow ps does, and prints "answered
+GetStatus" at each such call (the launcher asks once per start, then PINGs).
 """
 
 import argparse
@@ -20,7 +21,8 @@ task = os.environ["TFCLUSTER_TASK"]
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 from fake_tf_server import serve_get_status  # noqa: E402
 
-server = serve_get_status() if task.startswith("ps:") else None   # as TensorFlow's ps
+server = serve_get_status(on_call=lambda: print("answered GetStatus", flush=True)) \
+    if task.startswith("ps:") else None   # as TensorFlow's ps
 signal.signal(signal.SIGINT, signal.SIG_IGN)          # like a TensorFlow ps
 if task == args.stubborn:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
