@@ -109,7 +109,10 @@ def test_detach_dry_run_prints_the_batch_script(tmp_path, slurm_cluster):
 @pytest.mark.tf
 def test_detached_job_runs_to_the_end_and_a_requeue_resumes_it(tmp_path, runs,
                                                               slurm_cluster):
+    """A chief (node n1) and its ps (n2): the requeue and the resume are the batch job's and
+    the chief's; a worker would add two TensorFlow starts and nothing to check."""
     spec = write_spec(tmp_path, name="slurm-requeue", evaluator=None, max_steps=500,
+                      cluster={"chief": ["a"], "ps": ["b"]},
                       command=["bash", "-c", SHOW_ATTEMPT, PY_TF215, FAULT_JOB],
                       env={"FAULT_SAVE_STEPS": "100", "FAULT_STEP_SLEEP": "0.03",
                            "FAULT_PRINT_EVERY": "10"},
