@@ -139,12 +139,13 @@ def test_failing_step_fails_the_job_and_releases_the_allocation(tmp_path, slurm_
 def test_estimator_job_succeeds_and_releases_the_allocation(tmp_path, slurm_env,
                                                             slurm_cluster):
     """One step per node runs that node's tasks; the worker, killed at its first start, is
-    restarted alone, in the same step; each task's output is in its own log."""
+    restarted alone, in the same step; each task's output is in its own log. The chief saves
+    a checkpoint at max_steps only (and TensorFlow's first one): the evaluator evaluates
+    once or twice, not at every save."""
     run_dir = tmp_path / "run"
-    spec = write_spec(tmp_path)
-    doc = json.loads(spec.read_text())
-    doc["command"][2] = KILLED_ONCE
-    spec.write_text(json.dumps(doc))
+    spec = write_spec(tmp_path, command=[
+        "bash", "-c", KILLED_ONCE, PY_TF215, "examples/estimator/train.py",
+        "--data-dir", str(tmp_path / "data"), "--save-steps", "300"])
     done = run_launch(str(spec), "--run-dir", str(run_dir), env=slurm_env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -174,7 +175,9 @@ def test_estimator_job_succeeds_and_releases_the_allocation(tmp_path, slurm_env,
 
 @pytest.mark.tf
 def test_interrupted_run_leaves_no_process_and_no_job(tmp_path, slurm_env, slurm_cluster):
-    spec = write_spec(tmp_path, max_steps=100000)
+    """Interrupted once the chief trained and saved: chief (n1), worker and ps (n2), no
+    evaluator (the rule does not look at it)."""
+    spec = write_spec(tmp_path, max_steps=100000, evaluator=None)
     run_dir = tmp_path / "run"
     with launched(str(spec), "--run-dir", str(run_dir), "-q",
                   env=dict(os.environ, **slurm_env)) as proc:

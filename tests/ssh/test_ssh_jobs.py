@@ -296,13 +296,15 @@ def test_private_model_dir_refused_by_storage_check(hosts, tmp_path, private_dir
 
 @pytest.mark.tf
 def test_estimator_job_across_three_hosts(hosts, tmp_path):
-    """The Estimator example: chief on h1, workers on h2 and h3, ps on h3, evaluator on h2."""
+    """The Estimator example: chief on h1, workers on h2 and h3, ps on h3, evaluator on h2.
+    One epoch of 3000 examples in batches of 50 is 60 steps; the chief saves at the end (and
+    TensorFlow's first checkpoint), so the evaluator evaluates once or twice."""
     data = tmp_path / "data"
     spec = write_spec(tmp_path, hosts,
                       {"chief": ["h1"], "worker": ["h2", "h3"], "ps": ["h3"]},
                       evaluator="h2",
                       command=[PY_TF215, "examples/estimator/train.py", "--data-dir", str(data),
-                               "--save-steps", "20"],
+                               "--save-steps", "60"],
                       epochs=1, examples=3000, batch_size=50,
                       timeouts={"kill": 3, "finish": 60, "evaluator": 120, "start": 60})
     seen: dict[str, set[str]] = {}
