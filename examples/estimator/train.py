@@ -108,10 +108,10 @@ def run_evaluator(estimator, train_spec, eval_spec) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)                   # first: --help answers without TensorFlow
     import tensorflow as tf
 
     tf.get_logger().setLevel("INFO")
-    args = parse_args(argv)
     plan: EpochPlan = epoch_plan(batch_size=args.batch_size, max_steps=args.max_steps)
     train_file = ctr_data.ensure(args.data_dir, "train", plan.examples or DEFAULT_EXAMPLES, 1)
     eval_file = ctr_data.ensure(args.data_dir, "eval", EVAL_EXAMPLES, 2)

@@ -47,9 +47,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)                   # first: --help answers without TensorFlow
     import tensorflow as tf
 
-    args = parse_args(argv)
     plan = epoch_plan(batch_size=args.batch_size, max_steps=args.max_steps)
     train_file = ctr_data.ensure(args.data_dir, "train", plan.examples or DEFAULT_EXAMPLES, 1)
     task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {})
