@@ -1,30 +1,31 @@
 """GPUs over ssh (docs/gpus.md): each netns host answers the launcher's nvidia-smi query in
 its preflight check (a stand-in with 2 GPUs on h1, 1 on h2, put on the tasks' PATH); the
-tasks (the ps a real TensorFlow server) report the CUDA_VISIBLE_DEVICES they were given."""
+tasks (tests/gpus/jobs/devices_task.py, its ps a stand-in answering the probe: no TensorFlow,
+this is the ssh backend's mechanics) report the CUDA_VISIBLE_DEVICES they were given. The
+real TensorFlow ps with stand-in GPUs: tests/gpus/test_gpu_jobs.py."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import pytest
 from ssh_specs import write_spec
 from support import PY_TF215, fake_gpus, run_dir, run_launch
 
 JOB = str(Path(__file__).resolve().parents[1] / "gpus" / "jobs" / "devices_task.py")
 
 
-@pytest.mark.tf
 def test_each_host_gives_its_own_gpus_to_its_tasks(hosts, tmp_path):
     reports = tmp_path / "reports"
     reports.mkdir()
     path = f"{fake_gpus(tmp_path, {'h1': 2, 'h2': 1})}:/usr/local/bin:/usr/bin:/bin"
     spec = write_spec(tmp_path, hosts, {"chief": ["h1"], "worker": ["h1", "h2"], "ps": ["h2"]},
                       command=[PY_TF215, JOB], max_steps=10,
-                      env={"GPU_REPORTS": str(reports), "PATH": path},
+                      env={"GPU_REPORTS": str(reports), "PATH": path,
+                           "DEVICES_TASK_PS": "stand-in"},
                       restart={"worker": {"policy": "on-failure", "max_restarts": 1,
                                           "backoff": 0.2}},
-                      timeouts={"kill": 3, "finish": 5, "start": 240})
+                      timeouts={"kill": 3, "finish": 5, "start": 60})
     done = run_launch(str(spec), timeout=400)
     assert done.returncode == 0, done.stderr[-3000:]
     seen: dict[str, list[tuple[str, str]]] = {}

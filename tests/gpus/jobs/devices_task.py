@@ -6,7 +6,8 @@ launcher's probe gets its answer), the only task that imports TensorFlow: the st
 GPUs (tests/fake_gpu) are nothing TensorFlow could use, and what the launcher gives a task
 is its environment, which the trainers report without it (one TF import instead of five).
 worker:1 kills itself (SIGKILL) at its first start; the chief exits 0 once worker:1
-started twice; the others wait to be stopped.
+started twice; the others wait to be stopped. With DEVICES_TASK_PS=stand-in the ps answers
+the probe through tests/fake_tf_server.py instead (tests/ssh/test_ssh_gpus.py: no TensorFlow).
 """
 
 import glob
@@ -14,6 +15,7 @@ import json
 import os
 import signal
 import socket
+import sys
 import time
 
 config = json.loads(os.environ["TF_CONFIG"])
@@ -28,6 +30,13 @@ with open(os.path.join(reports, f"{kind}-{index}.{start}.json"), "w") as f:
 print(f"{kind}:{index} start {start}: CUDA_VISIBLE_DEVICES="
       f"{seen['cuda_visible_devices']!r}", flush=True)
 
+if kind == "ps" and os.environ.get("DEVICES_TASK_PS") == "stand-in":
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+    from fake_tf_server import serve_get_status
+
+    server = serve_get_status(config)
+    while True:
+        time.sleep(1)
 if kind == "ps":
     import tensorflow as tf
 
