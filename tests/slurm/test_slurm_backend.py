@@ -175,9 +175,10 @@ def test_estimator_job_succeeds_and_releases_the_allocation(tmp_path, slurm_env,
 
 @pytest.mark.tf
 def test_interrupted_run_leaves_no_process_and_no_job(tmp_path, slurm_env, slurm_cluster):
-    """Interrupted once the chief trained and saved: chief (n1), worker and ps (n2), no
-    evaluator (the rule does not look at it)."""
-    spec = write_spec(tmp_path, max_steps=100000, evaluator=None)
+    """Interrupted once the chief trained and saved: a chief (n1) and its ps (n2), one step
+    on each node; no worker or evaluator (the rule does not look at them)."""
+    spec = write_spec(tmp_path, max_steps=100000, evaluator=None,
+                      cluster={"chief": ["a"], "ps": ["b"]})
     run_dir = tmp_path / "run"
     with launched(str(spec), "--run-dir", str(run_dir), "-q",
                   env=dict(os.environ, **slurm_env)) as proc:
