@@ -15,6 +15,7 @@ from support import ended_well, launched, run_launch
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 TASKS = ("ps:0", "chief:0", "worker:0", "worker:1", "evaluator:0")
 ROLES = ("ps:0", "chief:0", "worker:0", "evaluator:0")     # one task of each
+MAX_STEPS = 300
 RUN_LABEL = "tfcluster.run"
 
 
@@ -62,13 +63,14 @@ def test_estimator_job_runs_as_one_container_per_task_and_a_killed_one_is_restar
     each; model_dir in a named volume that every container mounts, the launcher follows it
     through the volume's mount point on this machine. Once the first checkpoint is there,
     the worker's container is killed: the restart policy starts it again and the job ends
-    well (one Estimator run for both rules). One worker and checkpoints at steps 0 and 800
-    only (two evaluations) keep it cheap."""
+    well (one Estimator run for both rules). One worker, 300 steps (each costs the chief,
+    the worker and the ps CPU) and checkpoints at steps 0 and 300 only (two evaluations)
+    keep it cheap."""
     volume = "tfc-test-model"
     spec = write_spec(tmp_path, docker_spec(
-        "/shared/model", [f"{volume}:/shared"], max_steps=800,
+        "/shared/model", [f"{volume}:/shared"], max_steps=MAX_STEPS,
         cluster={"chief": ["localhost"], "worker": ["localhost"], "ps": ["localhost"]},
-        command=["python", "examples/estimator/train.py", "--save-steps", "800"],
+        command=["python", "examples/estimator/train.py", "--save-steps", str(MAX_STEPS)],
         restart={"worker": {"policy": "on-failure", "max_restarts": 2, "backoff": 0.5}}))
     run_dir = tmp_path / "run"
     seen: set[str] = set()
@@ -98,7 +100,7 @@ def test_estimator_job_runs_as_one_container_per_task_and_a_killed_one_is_restar
                               IMAGE, "sh", "-c", "cat /shared/model/checkpoint; ls /shared/model")
         state, listing = saved.stdout.decode().split("\n", 1)[0], saved.stdout.decode()
         step = int(state.split('"', 2)[1].rsplit("-", 1)[1])
-        assert step >= 800 and f"model.ckpt-{step}.index" in listing   # in the volume
+        assert step >= MAX_STEPS and f"model.ckpt-{step}.index" in listing   # in the volume
         assert "loss" in (run_dir / "logs" / "chief-0.log").read_text()
         assert engine.containers(label=f"{RUN_LABEL}={plan['run_id']}") == []
         # the killed container, restarted by the policy
