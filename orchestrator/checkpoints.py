@@ -215,6 +215,18 @@ class CheckpointReader:
         step, key = self._stored_step(name, k, entries or {})
         return Checkpoint(name, self.url(name), number, layout, k, step, key or "name"), []
 
+    def stored_step(self, ckpt: Checkpoint) -> int | None:
+        """The step stored in a complete checkpoint's data, whatever its name says (an
+        Estimator's ``model.ckpt-N`` can hold another step under asynchronous training):
+        its index and one ranged read of a data shard, no TensorFlow. None when it holds
+        no step variable."""
+        index = self._index(ckpt.name)
+        try:
+            entries = index_entries(index) if index is not None else {}
+        except (ValueError, IndexError):
+            return None
+        return self._stored_step(ckpt.name, ckpt.shards, entries)[0]
+
     def _stored_step(self, name: str, k: int, entries: dict[str, BundleEntry]
                      ) -> tuple[int | None, str | None]:
         """(the step a checkpoint holds, its key): one ranged read of a data shard."""

@@ -38,14 +38,13 @@ class NodeTaskHandle(TaskHandle):
         self.step = step
         self.key = key
         self.status: int | None = None
-        self._relay = RelayedOutput()
-        self.output: IO[bytes] = self._relay.output
-        self.feed = self._relay.write
+        self.relay = RelayedOutput()        # the agent's frames of this task's output
+        self.output: IO[bytes] = self.relay.output
 
     def end(self, status: int, refused: str | None = None) -> None:
         """Its output ended, then the task: EOF first, so every byte is read before the
         job loop sees the exit."""
-        self._relay.close()
+        self.relay.close()
         if refused:
             self.start_failure = refused
         self.status = status
@@ -125,7 +124,7 @@ class NodeStep:
             if handle is None:
                 continue
             if kind == b"o":
-                handle.feed(data)
+                handle.relay.write(data)
             elif kind == b"x":
                 word = json.loads(data)
                 handle.end(int(word["exit"]), word.get("refused"))
@@ -138,7 +137,7 @@ class NodeStep:
         tail = "".join(f"tfcluster: the Slurm step on {self.node}: {line}\n"
                        for line in self.stderr)
         for handle in left:
-            handle.feed(tail.encode())
+            handle.relay.write(tail.encode())
             handle.end(-status if status < 0 else LOST)
 
     def _read_stderr(self) -> None:

@@ -269,7 +269,7 @@ class HostSession:
         finally:
             with self._route:
                 for handle in self.handles.values():
-                    handle.close_output()
+                    handle.relay.close()
                 for waiting in self._asked.values():
                     waiting[0].set()
 
@@ -307,21 +307,21 @@ class HostSession:
             handle = self.handles.get(task_id)
             if handle is not None:
                 if data:
-                    handle.write(data)
+                    handle.relay.write(data)
                 else:
-                    handle.close_output()
+                    handle.relay.close()
 
     def drop(self, task_id: str) -> None:
         """Stop routing output to a task given up here; its output ends."""
         with self._route:
             handle = self.handles.pop(task_id, None)
             if handle is not None:
-                handle.close_output()
+                handle.relay.close()
 
     def _to_all(self, line: bytes) -> None:
         with self._route:
             for handle in self.handles.values():
-                handle.write(line)
+                handle.relay.write(line)
 
     def _read_stderr(self) -> None:
         """ssh's own messages (and the remote shell's): kept, and shown in every running
@@ -389,9 +389,8 @@ class SSHHandle(TaskHandle):
         self.remote_pid: int | None = None
         self.exit: int | None = None
         self.given_up = False        # SIGKILL had no effect on a host that still answers
-        relay = RelayedOutput()      # the session's reader passes the task's output on
-        self.output = relay.output
-        self.write, self.close_output = relay.write, relay.close
+        self.relay = RelayedOutput()     # the session's reader passes the task's output on
+        self.output = self.relay.output
 
     def poll(self) -> int | None:
         if self.exit is not None:

@@ -6,7 +6,7 @@ final checkpoint's global_step is the sum of every trainer's steps; the same job
 Every trainer prints the ids of each batch it trains on (`--log-ids`); the launcher keeps each
 task's output in the run dir, where the test counts them. 2003 examples, batch 32: the shards
 are uneven and every trainer's last batch is partial. The final checkpoint's step is read
-from its files by orchestrator.tfformats (the launcher's own reader, checked against
+from its files by orchestrator.checkpoints (the launcher's own reader, checked against
 TensorFlow's checkpoints in tests/orchestrator), not by one more TensorFlow start per test;
 that TensorFlow reads the newest checkpoint whole is tests/faults' check.
 """
@@ -20,8 +20,7 @@ from pathlib import Path
 import pytest
 from support import PY_TF215, PY_TF221, run_launch
 
-from orchestrator.checkpoints import STEP_KEYS, newest_complete, shard_name
-from orchestrator.tfformats import index_entries, int_scalar
+from orchestrator.checkpoints import CheckpointReader
 
 pytestmark = pytest.mark.tf
 
@@ -67,16 +66,11 @@ def id_counts(batches: dict[str, list[list[int]]]) -> collections.Counter:
 def final_global_step(model_dir: Path) -> int:
     """The step variable stored in the newest checkpoint's data (not the number in its
     name: an Estimator's ``model.ckpt-N`` can hold another step)."""
-    ckpt = newest_complete(str(model_dir))
+    reader = CheckpointReader(str(model_dir))
+    ckpt = reader.newest_complete()
     assert ckpt is not None, f"no complete checkpoint in {model_dir}"
-    prefix = str(model_dir / ckpt.name)
-    entries = index_entries(Path(f"{prefix}.index").read_bytes())
-    key = next(k for k in STEP_KEYS if k in entries)
-    entry = entries[key]
-    with open(shard_name(prefix, entry.shard, ckpt.shards), "rb") as data:
-        data.seek(entry.offset)
-        step = int_scalar(entry, data.read(entry.size))
-    assert step is not None, (ckpt.path, key, entry)
+    step = reader.stored_step(ckpt)
+    assert step is not None, f"no step variable in {ckpt.path}"
     return step
 
 

@@ -65,3 +65,12 @@ def test_index_tables_tell_object_graphs_from_savers():
     assert sorted(index_entries(index("tf1", "model.ckpt-10"))) == ["global_step", "w"]
     with pytest.raises(ValueError):
         list(index_entries(b"\x00" * 100))
+
+
+@pytest.mark.parametrize("kind, stored", [("tf1", 10), ("mgr", 21), ("keras", 8),
+                                          ("nostep", None)])
+def test_the_step_stored_in_the_data_is_read_whatever_the_name_says(tmp_path, kind, stored):
+    """A TF1 Saver's step is taken from its name while the job runs; ``stored_step`` reads
+    the variable itself (tests/epochs compares it with the trainers' steps)."""
+    reader = CheckpointReader(copy_of(kind, tmp_path))
+    assert reader.stored_step(reader.newest_complete()) == stored
