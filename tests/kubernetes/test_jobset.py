@@ -16,16 +16,13 @@ from support import run_launch
 from test_kubernetes_backend import (
     SCHEMAS,
     calls,
-    kubelet_env,
-    shard_index,
+    pods,
     strict,
     validator,
     write_spec,
 )
 
 JOBSET_CRD = json.loads((SCHEMAS / "jobset-v1alpha2-crd-v0.12.0.json").read_text())
-INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
-RESTARTS = "metadata.labels['jobset.sigs.k8s.io/restart-attempt']"
 
 
 def jobset_validator() -> jsonschema.Validator:
@@ -113,26 +110,11 @@ def test_restart_rules_jobset_cannot_express_exit_2(tmp_path, restart, message):
     assert done.returncode == 2 and message in done.stderr
 
 
-def jobset_pods(jobset: dict) -> list[dict]:
-    """Every pod the JobSet makes: its host name (JOBSET-RJOB-0-INDEX.SUBDOMAIN), env."""
-    name, ns = jobset["metadata"]["name"], jobset["metadata"]["namespace"]
-    out = []
-    for rjob in jobset["spec"]["replicatedJobs"]:
-        job = rjob["template"]["spec"]
-        container = job["template"]["spec"]["containers"][0]
-        for i in range(job["completions"]):
-            env = kubelet_env(container["env"], {INDEX: str(i), RESTARTS: "0"})
-            out.append({"role": rjob["name"], "index": i, "env": env,
-                        "dns": f"{name}-{rjob['name']}-0-{i}.{name}.{ns}.svc",
-                        "shard": shard_index(container, env)})
-    return out
-
-
 def test_every_jobset_pod_gets_its_own_tf_config(tmp_path):
     """Each pod's TF_CONFIG names it at its stable host name; TensorFlow's own parsers read
     these configs in tests/kubernetes/test_kubernetes_backend.py (one process per version
     for every mode's pods)."""
-    made = jobset_pods(render(tmp_path))
+    made = pods("jobset", [render(tmp_path)])
     assert sorted((p["role"], p["index"]) for p in made) == [
         ("chief", 0), ("evaluator", 0), ("ps", 0), ("ps", 1), ("worker", 0), ("worker", 1)]
     assert {(p["role"], p["index"]): p["shard"] for p in made} == {
@@ -215,9 +197,9 @@ def test_a_jobset_of_1000_workers_and_50_ps_fits_and_each_pod_gets_its_tf_config
     assert LAST_APPLIED_BYTES < size < MAX_OBJECT_BYTES    # applied server-side
     errors = [e.message for e in jobset_validator().iter_errors(jobset)]
     assert not errors, errors[:3]
-    pods = jobset_pods(jobset)
-    assert len(pods) == 1 + 1000 + 50 + 1
-    for pod in pods:
+    made = pods("jobset", [jobset])
+    assert len(made) == 1 + 1000 + 50 + 1
+    for pod in made:
         cfg = json.loads(pod["env"]["TF_CONFIG"])
         assert cfg["task"] == {"type": pod["role"], "index": pod["index"]}
         assert (len(cfg["cluster"]["worker"]), len(cfg["cluster"]["ps"])) == (1000, 50)

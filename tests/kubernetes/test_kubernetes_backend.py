@@ -21,8 +21,10 @@ HERE = Path(__file__).parent
 SCHEMAS = HERE / "schemas"
 K8S = json.loads((SCHEMAS / "k8s-v1.30.0-strict-subset.json").read_text())
 TFJOB_CRD = json.loads((SCHEMAS / "tfjob-v1-crd-training-operator-v1.9.0.json").read_text())
+COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 INDEX_FIELDS = {"tfjob": "metadata.labels['training.kubeflow.org/replica-index']",
-                "plain": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}
+                "plain": COMPLETION_INDEX, "jobset": COMPLETION_INDEX}
+RESTART_ATTEMPT = "metadata.labels['jobset.sigs.k8s.io/restart-attempt']"   # JobSet's
 
 
 def strict(schema):
@@ -161,27 +163,35 @@ def operator_tf_config(tfjob: dict, rtype: str, index: int) -> str:
 
 
 def pods(mode: str, objects: list[dict]) -> list[dict]:
-    """Every pod the objects make: its DNS name, the env it gets, its shard index."""
+    """Every pod the objects make (a TFJob's, indexed Jobs', a JobSet's, each at its first
+    start): its DNS name, the env it gets, its shard index."""
     out = []
     for obj in objects:
+        name, ns = obj["metadata"]["name"], obj["metadata"]["namespace"]
         if obj["kind"] == "TFJob":
             templates = [(rt.lower(), r["replicas"], r["template"]["spec"])
                          for rt, r in obj["spec"]["tfReplicaSpecs"].items()]
         elif obj["kind"] == "Job":
             templates = [(obj["metadata"]["labels"]["tfcluster.io/role"],
                           obj["spec"]["completions"], obj["spec"]["template"]["spec"])]
+        elif obj["kind"] == "JobSet":
+            templates = [(r["name"], r["template"]["spec"]["completions"],
+                          r["template"]["spec"]["template"]["spec"])
+                         for r in obj["spec"]["replicatedJobs"]]
         else:
             continue
         for role, count, pod_spec in templates:
             container = pod_spec["containers"][0]
             for i in range(count):
-                env = kubelet_env(container["env"], {INDEX_FIELDS[mode]: str(i)})
+                env = kubelet_env(container["env"],
+                                  {INDEX_FIELDS[mode]: str(i), RESTART_ATTEMPT: "0"})
                 if mode == "tfjob":
                     env["TF_CONFIG"] = operator_tf_config(obj, role, i)
-                    host = f"{obj['metadata']['name']}-{role}-{i}.{obj['metadata']['namespace']}"
+                    host = f"{name}-{role}-{i}.{ns}"
+                elif mode == "jobset":   # JOBSET-RJOB-0-INDEX in the JobSet's subdomain
+                    host = f"{name}-{role}-0-{i}.{name}.{ns}"
                 else:   # an indexed Job's pod is JOB-INDEX in the Service named by subdomain
-                    host = (f"{obj['metadata']['name']}-{i}.{pod_spec['subdomain']}."
-                            f"{obj['metadata']['namespace']}")
+                    host = f"{name}-{i}.{pod_spec['subdomain']}.{ns}"
                 out.append({"role": role, "index": i, "dns": f"{host}.svc", "env": env,
                             "shard": shard_index(container, env)})
     return out
@@ -256,8 +266,6 @@ def test_every_pods_tf_config_is_accepted_by_tensorflow(tmp_path):
     """The pods of every mode (tfjob, plain, and jobset: its own pods are checked in
     tests/kubernetes/test_jobset.py) through TensorFlow's parsers: one process per version
     reads every pod's TF_CONFIG."""
-    from test_jobset import jobset_pods, render  # it imports this module
-
     all_pods = []
     for mode in ("tfjob", "plain"):
         (tmp_path / mode).mkdir()
@@ -277,7 +285,7 @@ def test_every_pods_tf_config_is_accepted_by_tensorflow(tmp_path):
         assert pod["env"]["TFCLUSTER_TASK"] == f"{pod['role']}:{pod['index']}"
         assert pod["env"]["GREETING"] == "cost $(not a var)"
     (tmp_path / "jobset").mkdir()
-    all_pods += jobset_pods(render(tmp_path / "jobset"))
+    all_pods += pods("jobset", rendered(tmp_path / "jobset", "jobset")[1])
 
     configs = [p["env"]["TF_CONFIG"] for p in all_pods]
     for pod, got in zip(all_pods, parse_with(PY_TF221, PARSE_TF221, configs), strict=True):
