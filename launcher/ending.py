@@ -64,6 +64,7 @@ class JobResult:
     training_finished: bool = False   # training was seen done (max_steps, primary exit 0)
     incidents: list[dict] = field(default_factory=list)   # restarts, with what each restarted
     unwritten: list[str] = field(default_factory=list)    # what the run_dir did not get
+    lost: list[dict] = field(default_factory=list)   # workers it went on without (elastic)
 
 
 @dataclass(frozen=True)

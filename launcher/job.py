@@ -13,7 +13,9 @@ launcher/tasks.py, the engines' in the backends. The end of a job:
   (docs/ending.md);
 - a task that ends before that, or that a monitor reports ``lost``, is judged by
   launcher/restarts.py (the restart policies, the one judge of a lost task): it is
-  restarted alone, or the whole cluster is (a lost ps), or the job fails;
+  restarted alone, or the whole cluster is (a lost ps), or the job goes on without it (a
+  worker within ``roles.worker.minimum``: launcher/elastic.py, which also starts it again
+  once its host returns), or the job fails;
 - failure when a task exits with an error (or a monitor says the job stalled): every task is
   stopped and the failing task's last lines are shown;
 - Ctrl-C or SIGTERM to the launcher (``launch cancel``, Slurm's warning signal) stops every
@@ -41,6 +43,7 @@ import os
 import signal
 import threading
 import time
+from collections import Counter
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
@@ -51,13 +54,14 @@ from launcher.errors import UsageError
 from launcher.events import EventLog
 from launcher.monitors import TURN, tick_every
 from launcher.output.console import Console
-from launcher.plan import JobPlan
+from launcher.plan import JobPlan, TaskPlan
 from launcher.restarts import RestartBook
 from launcher.signals import catch, restore
 from launcher.tasks import TaskRun, Tasks
 from launcher.tracebacks import Excerpt, describe, tail_box
 from launcher.unwritten import Unwritten
-from orchestrator.decisions import CLUSTER, FAIL, FINISH, IGNORE, LOST, Decision, TaskState
+from orchestrator.decisions import CLUSTER, DROP, FAIL, FINISH, IGNORE, LOST, Decision, TaskState
+from orchestrator.elastic import PROBE_TIMEOUT, HostWatch, Lost, fewer_words, lost_line, lost_of
 from orchestrator.roles import TRAINERS, names_text, role_counts
 
 if TYPE_CHECKING:
@@ -114,7 +118,12 @@ class Job:
         self.reached_at: float | None = None   # when a monitor said max_steps was reached
         self.trainers_done_at: float | None = None   # after training: no trainer left
         self.incidents: list[dict] = []   # one per restart decision, with its tasks
-        self.restarts = RestartBook(dict(plan.restart), synchronous=plan.synchronous)
+        self.restarts = RestartBook(dict(plan.restart), synchronous=plan.synchronous,
+                                    minimum=dict(plan.minimum),
+                                    counts=dict(Counter(t.type for t in plan.tasks)),
+                                    primary=self.tasks.primary.name)
+        self.lost: list[Lost] = []      # workers the job goes on without (elastic)
+        self.hosts: HostWatch[TaskPlan] = HostWatch(self._answers, clock, console.info)
         self.due: dict[str, float] = {}     # task name -> when its restart is due
         self.readiness = readiness
         self.tick_every = tick_every(len(plan.tasks))   # monitors: longer with many tasks
@@ -231,7 +240,10 @@ class Job:
                 self.console.info(f"{primary.name} finished" + (
                     f"; waiting for {names_text(others)} to end" if others else ""))
             if self.training_done_at is not None and self._ended_well():
-                return self._finish(0, "training finished and every task ended")
+                fewer = fewer_words(self.lost)
+                return self._finish(0, f"training finished with {fewer} and every other "
+                                       f"task ended" if fewer else
+                                    "training finished and every task ended")
             failure = self._silent_ps()
             if failure:
                 return self._finish(1, failure)
@@ -307,13 +319,17 @@ class Job:
             return verdict.reason
         if verdict.action == IGNORE:
             return None
+        if verdict.action == DROP:
+            self._drop(run, verdict)
+            return None
         self.console.info(verdict.reason)
         self.events.write("restart_scheduled", task=run.name, scope=verdict.scope,
                           attempt=verdict.attempt, delay=verdict.delay, reason=verdict.reason)
         members = [run]
         if verdict.scope == CLUSTER:
             self.tasks.cancel_starts()      # those not started yet start with the others
-            members = [r for r in self.tasks.runs if r.task.type != "evaluator"]
+            members = [r for r in self.tasks.runs if r.task.type != "evaluator" and
+                       r.name not in self.restarts.dropped]
             self.tasks.stop([r for r in members if r.running],
                             f"restarting the cluster: {run.name}", restart=True)
         for member in members:      # the back-off counts from when they are all down
@@ -323,8 +339,39 @@ class Job:
                                "at": round(self.clock() - self.started, 3)})
         return None
 
+    def _drop(self, run: TaskRun, verdict: Decision) -> None:
+        """Go on without a worker that cannot come back; its host is watched for its
+        return."""
+        lost = lost_of(run.task, verdict.reason, self.clock() - self.started)
+        self.lost.append(lost)
+        self.console.info(lost_line(lost))
+        self.events.write("task_lost_for_good", task=run.name, reason=verdict.reason,
+                          shard=lost.shard)
+        self.hosts.watch(run.task)
+
+    def _answers(self, task: TaskPlan) -> bool:
+        """Whether ``task``'s host runs a command (off the loop's thread: HostWatch)."""
+        return self.backend.probe(task, ["true"], PROBE_TIMEOUT).returncode == 0
+
+    def _start_returned(self) -> None:
+        """Start again the lost workers whose host answers again (not after training)."""
+        for name in self.hosts.returned():
+            run = self.tasks.named(name)
+            if run is None or self.training_done_at is not None or self.interrupted:
+                continue
+            self.restarts.back(name)
+            for lost in self.lost:
+                if lost.task == name and lost.returned_at is None:
+                    lost.returned_at = self.clock() - self.started
+            self.console.info(f"{name}'s host {run.task.host} answers again: starting "
+                              f"{name} again")
+            self.events.write("task_returned", task=name)
+            run.restarts += 1
+            self.tasks.start(run)
+
     def _start_due(self) -> None:
         """Start again, in plan order, the tasks whose restart is due."""
+        self._start_returned()
         now = self.clock()
         if self.training_done_at is not None:   # trainers lost after the end stay down
             self.due = {n: t for n, t in self.due.items() if n.startswith("evaluator")}
@@ -392,7 +439,7 @@ class Job:
     def _result(self, status: int, reason: str) -> JobResult:
         result = JobResult(status, reason, self.snapshot(), self.clock() - self.started,
                            self.training_done_at is not None, list(self.incidents),
-                           self.unwritten.lines())
+                           self.unwritten.lines(), [lost.to_dict() for lost in self.lost])
         self.events.write("job_ended", status=status, reason=reason,
                           duration=round(result.duration, 3))
         return result

@@ -79,6 +79,8 @@ class JobPlan:
     restart: dict[str, RestartPolicy] = field(default_factory=dict)
     check_storage: bool = True
     tensorboard: TensorBoardSettings | None = None  # TensorBoard with the run
+    # role -> the fewest of its tasks the job goes on with (roles.worker.minimum)
+    minimum: dict[str, int] = field(default_factory=dict)
 
     def task(self, type_: str, index: int = 0) -> TaskPlan:
         return next(t for t in self.tasks if t.type == type_ and t.index == index)
@@ -96,7 +98,7 @@ class JobPlan:
                 "check_storage": self.check_storage,
                 "storage": self.storage.to_dict(),
                 "tensorboard": asdict(self.tensorboard) if self.tensorboard else None,
-                "tasks": [t.to_dict() for t in self.tasks]}
+                "minimum": self.minimum, "tasks": [t.to_dict() for t in self.tasks]}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
@@ -244,5 +246,7 @@ def build_plan(
                    model_dirs.resolve(spec.model_dir, spec.workdir, spec.env), tasks,
                    spec.strategy, backend=backend or spec.backend,
                    timeouts=dict(spec.timeouts), restart=restart_policies(spec),
-                   check_storage=spec.check_storage, tensorboard=spec.tensorboard)
+                   check_storage=spec.check_storage, tensorboard=spec.tensorboard,
+                   minimum={role: r.minimum for role, r in spec.roles.items()
+                            if r.minimum is not None})
 

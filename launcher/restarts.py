@@ -15,7 +15,10 @@ Then the role's policy (the spec's ``restart`` section, else orchestrator.polici
 - ``always``: every failure, ``error`` included, is restarted, and so is a ps that exits 0
   before training ended.
 ``max_restarts`` bounds the restarts caused by one task; once spent, the next failure of
-that task fails the job ("restart budget spent"). Restart n waits ``backoff·2^(n-1)`` s
+that task fails the job ("restart budget spent"), except for a worker whose role declares a
+minimum (``roles.worker.minimum``, asynchronous training only): while that many workers are
+left without it, the worker is dropped (``drop``) and the job goes on (docs/reliability.md,
+"Elastic workers"). Restart n waits ``backoff·2^(n-1)`` s
 (at most 60). The scope (the task alone, or every task) is TensorFlow's rule for the role
 (orchestrator.policies.scope_for): a lost ps restarts the whole cluster, which restores
 from the newest complete checkpoint in model_dir.
@@ -27,7 +30,7 @@ import signal
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from orchestrator.decisions import CLUSTER, FAIL, IGNORE, RESTART, Decision
+from orchestrator.decisions import CLUSTER, DROP, FAIL, IGNORE, RESTART, Decision
 from orchestrator.policies import (
     ALWAYS,
     NEVER,
@@ -82,6 +85,10 @@ class RestartBook:
     overrides: dict[str, RestartPolicy] = field(default_factory=dict)   # the spec's
     synchronous: bool = False
     caused: dict[str, int] = field(default_factory=dict)
+    minimum: dict[str, int] = field(default_factory=dict)   # role -> fewest tasks left
+    counts: dict[str, int] = field(default_factory=dict)    # role -> tasks in the plan
+    primary: str = ""           # the task whose exit ends training: never dropped
+    dropped: set[str] = field(default_factory=set)   # tasks the job goes on without
 
     def policy_for(self, role: str) -> RestartPolicy:
         return policy_of(role, self.overrides)
@@ -130,8 +137,8 @@ class RestartBook:
         policy = self.policy_for(role)
         done = self.caused.get(name, 0)
         if done >= policy.max_restarts:
-            return Decision(FAIL, f"{what}; restart budget spent ({done} of "
-                                   f"{policy.max_restarts} restarts of {name} used)")
+            return self._without(role, name, f"{what}; restart budget spent ({done} of "
+                                             f"{policy.max_restarts} restarts of {name} used)")
         attempt = done + 1
         self.caused[name] = attempt
         scope = scope_for(role, self.synchronous)
@@ -141,3 +148,21 @@ class RestartBook:
         return Decision(RESTART, f"{what}; {target} in {delay:g}s "
                                   f"(restart {attempt} of {policy.max_restarts})",
                        (name,), scope, delay, attempt)
+
+    def _without(self, role: str, name: str, spent: str) -> Decision:
+        """A task that cannot come back: dropped while its role's minimum holds without it,
+        else the job fails."""
+        if role not in self.minimum or name == self.primary:
+            return Decision(FAIL, spent)
+        minimum, count = self.minimum[role], self.counts[role]
+        left = count - len([n for n in self.dropped if n.startswith(f"{role}:")]) - 1
+        if left < minimum:
+            return Decision(FAIL, f"{spent}; {left} of {count} {role}s would be left, fewer "
+                                  f"than roles.{role}.minimum {minimum}")
+        self.dropped.add(name)
+        return Decision(DROP, f"{spent}; going on with {left} of {count} {role}s "
+                              f"(roles.{role}.minimum {minimum})", (name,))
+
+    def back(self, name: str) -> None:
+        """A dropped task was started again (its host answers again)."""
+        self.dropped.discard(name)

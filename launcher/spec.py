@@ -37,7 +37,7 @@ TOP_LEVEL_KEYS = (
     "check_storage", "$schema", "description", "strategy", "roles",
     "tf_config_model_dir", "tensorboard",
 )
-ROLE_KEYS = ("command", "env", "workdir")     # what "roles": {ROLE: {...}} may override
+ROLE_KEYS = ("command", "env", "workdir", "minimum")   # what "roles": {ROLE: {...}} may set
 # How the job trains: who reads training data and what one global step is.
 STRATEGIES = ("estimator", "parameter_server", "multi_worker_mirrored")
 TIMEOUT_DEFAULTS = {
@@ -70,11 +70,14 @@ class TensorBoardSettings:
 @dataclass(frozen=True)
 class RoleSettings:
     """One role's own command, environment and working directory (``"roles": {"ps": ...}``):
-    each replaces (``env``: extends) the top-level value for that role's tasks."""
+    each replaces (``env``: extends) the top-level value for that role's tasks. ``minimum``
+    (workers of asynchronous training only): the fewest workers the job goes on with when
+    some cannot come back (docs/reliability.md, "Elastic workers")."""
 
     command: list[str] | None = None
     env: dict[str, str] = field(default_factory=dict)
     workdir: str | None = None
+    minimum: int | None = None
 
 
 @dataclass
@@ -253,8 +256,8 @@ def _parse_env(raw: Any, where: str) -> dict[str, str]:
     return env
 
 
-def _parse_roles(raw: Any, cluster: dict[str, list[Address]],
-                 evaluator: Address | None) -> dict[str, RoleSettings]:
+def _parse_roles(raw: Any, cluster: dict[str, list[Address]], evaluator: Address | None,
+                 strategy: str) -> dict[str, RoleSettings]:
     roles = expect_dict(raw, "roles")
     check_keys(roles, ROLES, "roles")
     out = {}
@@ -271,8 +274,33 @@ def _parse_roles(raw: Any, cluster: dict[str, list[Address]],
             if "command" in settings else None,
             env=_parse_env(settings["env"], f"{where}.env") if "env" in settings else {},
             workdir=expect_str(settings["workdir"], f"{where}.workdir")
-            if "workdir" in settings else None)
+            if "workdir" in settings else None,
+            minimum=_parse_minimum(settings["minimum"], role, cluster, strategy)
+            if "minimum" in settings else None)
     return out
+
+
+def _parse_minimum(raw: Any, role: str, cluster: dict[str, list[Address]],
+                   strategy: str) -> int:
+    """``roles.worker.minimum``: the fewest workers an asynchronous job goes on with."""
+    where = f"roles.{role}.minimum"
+    if role != "worker":
+        raise fail(where, "only workers may be fewer: give it in roles.worker (the chief "
+                          "saves the checkpoints, a ps holds variables)")
+    if strategy == "multi_worker_mirrored":
+        raise fail(where, "multi_worker_mirrored is synchronous: every worker takes part in "
+                          "every step, so the job cannot go on with fewer (a minimum needs "
+                          "parameter_server, or estimator with a ps)")
+    if "ps" not in cluster:
+        raise fail(where, "needs asynchronous training, with a ps (parameter_server, or "
+                          "estimator with a ps): without one the workers are not independent")
+    least = 1 if strategy == "parameter_server" else 0
+    minimum = expect_int(raw, where, minimum=least)
+    count = len(cluster[role])
+    if minimum > count:
+        raise fail(where, f"{minimum} is more than the {count} worker task"
+                          f"{'s' if count != 1 else ''} of cluster.worker")
+    return minimum
 
 
 def _parse_restart(raw: Any) -> dict[str, RestartPolicy]:
@@ -432,7 +460,8 @@ def validate(raw: Any, source: str | None = None, *, backends: Sequence[str]) ->
         tf_config_model_dir=expect_bool(spec_obj.get("tf_config_model_dir", True),
                                         "tf_config_model_dir"),
         backend_options=backend_options,
-        roles=_parse_roles(spec_obj["roles"], cluster, evaluator) if "roles" in spec_obj else {},
+        roles=_parse_roles(spec_obj["roles"], cluster, evaluator, strategy)
+        if "roles" in spec_obj else {},
         tensorboard=_parse_tensorboard(spec_obj.get("tensorboard")),
         source=source,
     )

@@ -9,7 +9,8 @@ task and may answer with a ``Decision``:
   restart policies (launcher/restarts.py, the one judge of a lost task) decide what that
   means: restart the task, restart the cluster, or fail.
 The restart policies answer an exit or a loss with ``ignore``, ``restart`` (``scope`` task
-or cluster, after ``delay`` s, restart number ``attempt``) or ``fail``.
+or cluster, after ``delay`` s, restart number ``attempt``), ``drop`` (the worker cannot come
+back and the job goes on without it: its role's minimum still holds) or ``fail``.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ import signal
 from dataclasses import dataclass
 
 FINISH, FAIL, LOST, RESTART, IGNORE = "finish", "fail", "lost", "restart", "ignore"
+DROP = "drop"
 TASK, CLUSTER = "task", "cluster"     # restart the lost task alone, or every task
 
 
 @dataclass(frozen=True)
 class Decision:
-    action: str                   # FINISH, FAIL, LOST, RESTART or IGNORE
+    action: str                   # FINISH, FAIL, LOST, RESTART, DROP or IGNORE
     reason: str                   # the line shown to the user
     tasks: tuple[str, ...] = ()   # the tasks it is about ("ps:0")
     scope: str = TASK             # RESTART: the task alone or the whole cluster

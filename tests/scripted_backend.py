@@ -21,10 +21,11 @@ from support import FakeClock
 
 from launcher.api import parse_spec
 from launcher.backends import register, unregister
-from launcher.backends.base import Backend, TaskHandle
+from launcher.backends.base import Backend, ProbeResult, TaskHandle
 from launcher.job import Job, JobResult
 from launcher.output.console import Console
 from launcher.plan import TaskPlan, build_plan
+from orchestrator.elastic import ASKING
 
 
 @dataclass
@@ -142,9 +143,14 @@ class ScriptedBackend(Backend):
     name = "scripted"
     local_processes = True
 
-    def __init__(self, scripts: dict[str, list[Script]], options=None):
+    def __init__(self, scripts: dict[str, list[Script]], options=None,
+                 answers: dict[str, list[bool]] | None = None):
+        """``answers``: host -> whether it answers each probe in turn (the last one
+        repeats); a host not named always answers."""
         super().__init__(options)
         self.scripts = scripts
+        self.answers = answers or {}
+        self.probes: list[tuple[float, str]] = []
         self.clock = FakeClock()
         self.starts: list[tuple[float, str]] = []
         self.handles: dict[str, list[ScriptedHandle]] = {}
@@ -159,7 +165,16 @@ class ScriptedBackend(Backend):
         for handles in list(self.handles.values()):
             for handle in handles:
                 handle.settle()
+        for thread in threading.enumerate():    # a host's answer comes before time goes on
+            if thread.name.startswith(ASKING):
+                thread.join(5)
         self.clock.sleep(seconds)
+
+    def probe(self, task: TaskPlan, argv: list[str], timeout: float) -> ProbeResult:
+        self.probes.append((self.clock(), task.host))
+        answers = self.answers.get(task.host, [True])
+        answer = answers.pop(0) if len(answers) > 1 else answers[0]
+        return ProbeResult(0 if answer else 255, "" if answer else "ssh: connect to host")
 
     def start(self, task: TaskPlan) -> TaskHandle:
         done = self.handles.setdefault(task.name, [])

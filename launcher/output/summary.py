@@ -139,8 +139,25 @@ def closing_lines(result: JobResult, closing: Closing) -> list[str]:
         lines.append(f"{n} restart{'s' if n > 1 else ''}:")
         lines += [f"  {i['cause']}: restarted {', '.join(i['tasks'])} ({i['reason']})"
                   for i in result.incidents]
+    if result.lost:
+        n = len(result.lost)
+        lines.append(f"{n} worker{'s' if n > 1 else ''} lost for good, the job going on "
+                     f"without {'them' if n > 1 else 'it'} (roles.worker.minimum):")
+        lines += [lost_row(entry) for entry in result.lost]
     lines += [f"note: {note}" for note in closing.notes]
     return lines + result.unwritten
+
+
+def lost_row(entry: dict[str, Any]) -> str:
+    """One lost worker in the closing lines: when, why, its unread shard, its return."""
+    line = f"  {entry['task']} at {entry['at']:.1f}s: {entry['reason']}"
+    if entry.get("shard"):
+        index, count = entry["shard"]
+        line += f"; shard {index} of {count} unread from then on"
+    if entry.get("returned_at") is not None:
+        line += f"; its host answered again and it was started again at " \
+                f"{entry['returned_at']:.1f}s"
+    return line
 
 
 def summary_doc(result: JobResult, closing: Closing, rows: list[dict[str, Any]]
@@ -150,5 +167,5 @@ def summary_doc(result: JobResult, closing: Closing, rows: list[dict[str, Any]]
             "duration": round(result.duration, 3),
             "training": training_of(result), "evaluation": evaluation_of(result, closing),
             "status_rule": STATUS_RULE, **closing.to_dict(),
-            "restarts": result.incidents, "unwritten": result.unwritten,
+            "restarts": result.incidents, "lost": result.lost, "unwritten": result.unwritten,
             "tasks": [{k: v for k, v in r.items() if k != "status"} for r in rows]}

@@ -244,7 +244,23 @@ CASES: list[tuple[str, object, list[str], str]] = [
      E + "roles.evaluator: the spec has no evaluator task (add it to evaluator or leave it "
          "out of roles)"),
     ("role-key-typo", {"roles": {"ps": {"cmd": ["x"]}}}, [],
-     E + "roles.ps.cmd: unknown key (allowed: command, env, workdir)"),
+     E + "roles.ps.cmd: unknown key (allowed: command, env, minimum, workdir)"),
+    # --- elastic workers: roles.worker.minimum (the base spec: chief, 1 worker, 1 ps)
+    ("minimum-negative", {"roles": {"worker": {"minimum": -1}}}, [],
+     E + "roles.worker.minimum: must be at least 0, got -1"),
+    ("minimum-above-count", {"roles": {"worker": {"minimum": 2}}}, [],
+     E + "roles.worker.minimum: 2 is more than the 1 worker task of cluster.worker"),
+    ("minimum-synchronous", {"cluster": {"chief": 1, "worker": 2},
+                             "strategy": "multi_worker_mirrored",
+                             "roles": {"worker": {"minimum": 1}}}, [],
+     E + "roles.worker.minimum: multi_worker_mirrored is synchronous: every worker takes part "
+         "in every step, so the job cannot go on with fewer (a minimum needs parameter_server, "
+         "or estimator with a ps)"),
+    ("minimum-pss-zero", {"strategy": "parameter_server", "roles": {"worker": {"minimum": 0}}},
+     [], E + "roles.worker.minimum: must be at least 1, got 0"),
+    ("minimum-not-a-worker", {"roles": {"chief": {"minimum": 1}}}, [],
+     E + "roles.chief.minimum: only workers may be fewer: give it in roles.worker (the chief "
+         "saves the checkpoints, a ps holds variables)"),
     ("role-env-reserved", {"roles": {"ps": {"env": {"TFCLUSTER_TASK_INDEX": "0"}}}}, [],
      E + "roles.ps.env.TFCLUSTER_TASK_INDEX: is set by tfcluster for every task; do not set "
          "it"),

@@ -36,7 +36,7 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
         "job names, trainers, start order, the primary task",
         ()),
     "orchestrator.decisions": (
-        "the decision vocabulary (finish, fail, lost, restart, ignore) and `TaskState`, the"
+        "the decision vocabulary (finish, fail, lost, restart, drop, ignore) and `TaskState`, the"
         " one task snapshot",
         ()),
     "orchestrator.policies": (
@@ -46,9 +46,10 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
         "TF's file formats: protobuf wire, TFRecord, events, index headers",
         ()),
     "orchestrator": (
-        "reading model_dir (checkpoints, coordinator, metrics file, evaluations) and what "
-        "runs inside the user's script (sharding, epochs, evaluation, steps, at_max_steps; "
-        "TensorFlow inside functions only)",
+        "reading model_dir (checkpoints, coordinator, metrics file, evaluations), the "
+        "workers an elastic job lost and their hosts' return, and what runs inside the "
+        "user's script (sharding, epochs, evaluation, steps, at_max_steps; TensorFlow inside "
+        "functions only)",
         ("orchestrator.decisions", "orchestrator.roles", "orchestrator.tfformats")),
     "launcher.errors": (
         "`UsageError`, `SpecError`, `PreflightError`: one line, exit 2",
@@ -149,7 +150,7 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("launcher.backends.base", "launcher.crash", "launcher.ending", "launcher.errors",
          "launcher.events", "launcher.monitors", "launcher.output", "launcher.plan",
          "launcher.restarts", "launcher.signals", "launcher.tasks", "launcher.tracebacks",
-         "launcher.unwritten", "orchestrator.decisions", "orchestrator.roles")),
+         "launcher.unwritten", "orchestrator", "orchestrator.decisions", "orchestrator.roles")),
     "launcher.runs.registry": (
         "the run registry: state.json per run, from snapshots",
         ("launcher.errors", "launcher.events", "launcher.output", "orchestrator.decisions")),
