@@ -5,8 +5,6 @@ is. No launcher code path ends in a traceback on the console."""
 from __future__ import annotations
 
 import os
-import tempfile
-import traceback
 
 ERROR_FILE = "launcher-error.txt"
 
@@ -15,6 +13,9 @@ def save_traceback(error: BaseException, run_dir: str | None = None) -> str | No
     """Write ``error``'s traceback to ``run_dir``/launcher-error.txt, else (no run_dir, or
     it cannot be written: a full disk) to a new file in the temporary folder. Its path, or
     None when nothing could be written."""
+    import tempfile  # here: not on a launch's way to its tasks
+    import traceback
+
     text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
     if run_dir:
         path = os.path.join(run_dir, ERROR_FILE)
@@ -36,6 +37,8 @@ def save_traceback(error: BaseException, run_dir: str | None = None) -> str | No
 def crash_line(error: BaseException, saved: str | None) -> str:
     """One line: the launcher failed (its fault, not the job's), where, and the file with
     the whole traceback."""
+    import traceback
+
     frames = traceback.extract_tb(error.__traceback__)
     where = f" at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else ""
     what = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__

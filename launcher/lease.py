@@ -32,7 +32,6 @@ import re
 import socket
 import threading
 import time
-import uuid
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
@@ -196,7 +195,7 @@ class LocalStore(Store):
 
     def _aside(self, data: bytes) -> str:
         """The lease written whole beside its place (a full disk leaves nothing behind)."""
-        tmp = f"{self.path}.{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        tmp = f"{self.path}.{os.getpid()}-{os.urandom(4).hex()}"
         try:
             with open(tmp, "xb") as f:
                 f.write(data)

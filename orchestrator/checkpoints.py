@@ -1,4 +1,5 @@
-"""The newest complete checkpoint in a model_dir, through fsspec (local path, s3://, sftp://).
+"""The newest complete checkpoint in a model_dir: through fsspec (s3://, sftp://), or for a local
+path through orchestrator/local_fs.py.
 
 TensorFlow writes one checkpoint in this order: the data shards (one per ps, through a
 temporary file and a rename), the ``.index`` (in place), the ``.meta`` (Estimator), and last
@@ -31,8 +32,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import fsspec
-
+from orchestrator.local_fs import url_to_fs
 from orchestrator.tfformats import (
     OBJECT_GRAPH_KEY,
     BundleEntry,
@@ -128,9 +128,9 @@ class CheckpointReader:
     """
 
     def __init__(self, model_dir: str, storage_options: dict[str, Any] | None = None,
-                 fs: fsspec.AbstractFileSystem | None = None, tf2_number_is_step: bool = False):
+                 fs: Any = None, tf2_number_is_step: bool = False):
         if fs is None:
-            fs, root = fsspec.core.url_to_fs(model_dir, **_fresh(model_dir, storage_options))
+            fs, root = url_to_fs(model_dir, **_fresh(model_dir, storage_options))
         else:
             root = fs._strip_protocol(model_dir)
         self.model_dir = model_dir
@@ -273,7 +273,7 @@ class CheckpointReader:
 LISTING_CACHES = {"s3", "s3a", "gs", "gcs", "abfs", "az", "adl"}
 
 
-def _protocols(fs: fsspec.AbstractFileSystem) -> set[str]:
+def _protocols(fs: Any) -> set[str]:
     proto = fs.protocol
     return set(proto) if isinstance(proto, (tuple, list)) else {proto}
 

@@ -19,7 +19,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import fsspec
+from orchestrator.local_fs import open_url, url_to_fs
 
 METRICS_FILE = "tfcluster_metrics.jsonl"
 SPLITS = ("eval", "train")
@@ -75,7 +75,7 @@ def read_metrics(path_or_model_dir: str,
     if not path.endswith(".jsonl"):
         path = metrics_path(path)
     try:
-        with fsspec.open(path, "rt", encoding="utf-8", **(storage_options or {})) as f:
+        with open_url(path, "rt", encoding="utf-8", **(storage_options or {})) as f:
             text = f.read()
     except (FileNotFoundError, IsADirectoryError):
         return []
@@ -109,7 +109,7 @@ class MetricsWriter:
 
     def __init__(self, model_dir: str):
         self.path = metrics_path(model_dir)
-        self.fs, self.fs_path = fsspec.core.url_to_fs(self.path)
+        self.fs, self.fs_path = url_to_fs(self.path)
         self.records = read_metrics(self.path)
 
     def append(self, record: MetricsRecord) -> None:

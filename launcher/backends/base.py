@@ -19,6 +19,7 @@ import re
 import signal
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, Callable, ClassVar, Protocol
 
@@ -258,6 +259,12 @@ class Backend(ABC):
     def probe(self, task: TaskPlan, argv: list[str], timeout: float) -> ProbeResult:
         """Run a short command where ``task`` would run, with its environment."""
         raise NotImplementedError(f"backend {self.name} cannot run probes")
+
+    def storage_view(self, task: TaskPlan) -> Hashable:
+        """Where ``task`` sees filesystems from: tasks with the same view (and the same
+        interpreter, working directory and environment) share one storage probe
+        (launcher/preflight/storage_check.py). By default its host."""
+        return task.host
 
     @abstractmethod
     def start(self, task: TaskPlan) -> TaskHandle:

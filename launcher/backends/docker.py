@@ -37,6 +37,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 from launcher import gpus
@@ -329,6 +330,11 @@ class DockerBackend(Backend):
         if found.returncode != 0 or not os.path.isdir(where):
             return None
         return os.path.normpath(os.path.join(where, rest))
+
+    def storage_view(self, task: TaskPlan) -> Hashable:
+        """Every container of the job runs on one engine from one image with the same
+        mounts: its own host name changes nothing it sees."""
+        return self.options.docker, tuple(a for m in self.options.volumes for a in m.argv())
 
     def probe(self, task: TaskPlan, argv: list[str], timeout: float) -> ProbeResult:
         """A short container with the task's image, mounts, network and environment."""

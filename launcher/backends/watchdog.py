@@ -25,6 +25,7 @@ import sys
 import time
 
 GRACE = 3.0
+TREE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COMMAND_TIMEOUT = 30.0   # seconds for each at_exit command
 
 
@@ -34,9 +35,12 @@ class Watchdog:
     def __init__(self, grace: float = GRACE):
         read_end, self._write_end = os.pipe()
         try:
+            # -S -E: no site-packages, no PYTHON* variables (it needs the standard library
+            # only): a third of a Python's start; the launcher's own tree found from cwd
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "launcher.backends.watchdog", str(grace)], stdin=read_end,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                [sys.executable, "-S", "-E", "-m", "launcher.backends.watchdog", str(grace)],
+                stdin=read_end, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True, cwd=TREE,
             )
         finally:
             os.close(read_end)

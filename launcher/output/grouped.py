@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import collections
 import re
-import statistics
 
 from launcher.output.table import rows_table, with_gpus
 
@@ -38,6 +37,8 @@ def _secs(row: Row) -> float:
 
 def role_lines(rows: list[Row]) -> list[tuple[str, ...]]:
     """One line per role, in the order roles first appear."""
+    from statistics import median  # here: not on a small job's way
+
     by_role: dict[str, list[Row]] = {}
     for row in rows:
         by_role.setdefault(row[0].split(":")[0], []).append(row)
@@ -46,7 +47,7 @@ def role_lines(rows: list[Row]) -> list[tuple[str, ...]]:
         exits = collections.Counter(r[2] for r in group)
         words = ", ".join(f"{e} ×{n}" if n > 1 else e for e, n in exits.most_common())
         secs = [_secs(r) for r in group]
-        spread = (f"{min(secs):.1f}s / {statistics.median(secs):.1f}s / {max(secs):.1f}s"
+        spread = (f"{min(secs):.1f}s / {median(secs):.1f}s / {max(secs):.1f}s"
                   if len(secs) > 1 else f"{secs[0]:.1f}s")
         restarts = sum(int(r[4]) for r in group if r[4].isdigit())
         out.append((role, str(len(group)), words, spread, str(restarts)))

@@ -1,13 +1,19 @@
 """Before training: is model_dir the same storage for every task, and is there work left?
 
-Shared storage: the launcher writes a probe file into model_dir, then every task, ps
-included, runs a tiny Python program where it will run (``backend.probe``, with the task's
-own interpreter, environment and working directory) that writes a probe of its own and
-reads the launcher's. The launcher then reads every task's probe. A task that cannot write
-model_dir, does not see the launcher's probe, or whose probe the launcher cannot see, is
-on other storage (a private disk, another mount, another bucket): the chief and the ps
-would write halves of one checkpoint to different places. The launcher refuses to start
-(exit 2) and names the task and its host. Probes are removed afterwards.
+Shared storage: the launcher writes a probe file into model_dir, then a tiny Python
+program runs where the tasks will run (``backend.probe``, with a task's own interpreter,
+environment and working directory) that writes a probe of its own and reads the
+launcher's. The launcher then reads every probe. A task that cannot write model_dir, does
+not see the launcher's probe, or whose probe the launcher cannot see, is on other storage
+(a private disk, another mount, another bucket): the chief and the ps would write halves of
+one checkpoint to different places. The launcher refuses to start (exit 2) and names the
+task and its host. Probes are removed afterwards.
+
+One probe per environment, not per task: tasks that run in the same place
+(``Backend.storage_view``: the host; for Docker the engine with its image and mounts) with
+the same interpreter, working directory and environment from the spec (the variables the
+launcher sets for each task aside) see the same filesystems, so one probe speaks for them
+all. A host whose tasks differ in any of these keeps one probe for each.
 
 Work left: a model_dir whose newest complete checkpoint is already at or past max_steps is
 reported and the job is not started: ``launch`` exits 0 (the model the user asked for
@@ -20,8 +26,7 @@ import dataclasses
 import json
 import os
 import re
-import uuid
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +40,8 @@ if TYPE_CHECKING:
 
 PROBE_PREFIX = ".tfcluster-probe-"
 NOT_FOR_PROBES = ("TFCLUSTER_RUN_ID", "TF_CONFIG")
+# what the launcher sets for each task: no part of the environment a probe stands for
+PER_TASK = ("TFCLUSTER_", "TF_CONFIG", "CUDA_VISIBLE_DEVICES")
 _PYTHON_RE = re.compile(r"^python(\d+(\.\d+)?)?$")
 
 # Runs on the task's host: argv = MODE URL NAME TOKEN LAUNCHER_NAME; prints one JSON line.
@@ -91,6 +98,17 @@ def probe_python(command: list[str]) -> str:
     return command[0] if _PYTHON_RE.match(os.path.basename(command[0])) else "python3"
 
 
+def _token() -> str:
+    return os.urandom(16).hex()
+
+
+def environment_of(task: TaskPlan, backend: Backend) -> Hashable:
+    """What one storage probe stands for: where the task runs, its interpreter, working
+    directory and the environment the spec gives it."""
+    env = tuple(sorted((k, v) for k, v in task.env.items() if not k.startswith(PER_TASK)))
+    return backend.storage_view(task), probe_python(task.command), task.cwd, env
+
+
 def _parse(output: str) -> dict[str, Any] | None:
     for line in reversed(output.strip().splitlines()):
         if line.startswith("{"):
@@ -113,12 +131,14 @@ def check_shared_storage(plan: JobPlan, backend: Backend, console: Console | Non
             console.info(f"model_dir {plan.model_dir}: the same storage for all "
                          f"{len(plan.tasks)} tasks")
         return
+    from concurrent.futures import ThreadPoolExecutor
+
     import fsspec
 
     fs, root = fsspec.core.url_to_fs(plan.storage.url, **plan.storage.options)
     root = root.rstrip("/")
-    tag = f"{PROBE_PREFIX}{plan.run_id}-{uuid.uuid4().hex[:6]}"
-    launcher_name, launcher_token = f"{tag}-launcher", uuid.uuid4().hex
+    tag = f"{PROBE_PREFIX}{plan.run_id}-{_token()[:6]}"
+    launcher_name, launcher_token = f"{tag}-launcher", _token()
     try:
         existed = fs.exists(root)
         fs.makedirs(root, exist_ok=True)
@@ -126,8 +146,12 @@ def check_shared_storage(plan: JobPlan, backend: Backend, console: Console | Non
     except Exception as e:  # noqa: BLE001 - any storage error: say what and where
         raise PreflightError(f"model_dir {plan.model_dir}: the launcher cannot write it "
                              f"({type(e).__name__}: {e})") from None
-    names = {t.name: f"{tag}-{t.type}-{t.index}" for t in plan.tasks}
-    tokens = {t.name: uuid.uuid4().hex for t in plan.tasks}
+    groups: dict[Hashable, list[TaskPlan]] = {}     # one probe each, by its first task
+    for task in plan.tasks:
+        groups.setdefault(environment_of(task, backend), []).append(task)
+    probed = [members[0] for members in groups.values()]
+    names = {t.name: f"{tag}-{t.type}-{t.index}" for t in probed}
+    tokens = {t.name: _token() for t in probed}
     timeout = plan.timeouts.get("start", 60.0)
 
     def run_probe(task: TaskPlan, mode: str) -> ProbeResult:
@@ -141,13 +165,14 @@ def check_shared_storage(plan: JobPlan, backend: Backend, console: Console | Non
     unseen: list[TaskPlan] = []
     try:
         try:
-            with ThreadPoolExecutor(max_workers=min(16, len(plan.tasks))) as pool:
-                results = list(pool.map(lambda t: run_probe(t, "write"), plan.tasks))
+            with ThreadPoolExecutor(max_workers=min(16, len(probed))) as pool:
+                results = list(pool.map(lambda t: run_probe(t, "write"), probed))
         except NotImplementedError as e:
             if console is not None:
                 console.info(f"shared-storage check skipped: {e}")
             return
-        for task, result in zip(plan.tasks, results):
+        for members, result in zip(groups.values(), results):
+            task = members[0]
             out = _parse(result.output)
             problem = None
             if out is None:     # the probe did not run: the interpreter, not model_dir
@@ -167,8 +192,8 @@ def check_shared_storage(plan: JobPlan, backend: Backend, console: Console | Non
             elif out.get("seen") != launcher_token:
                 problem = (f"does not see the launcher's probe in {out.get('where')}: not the "
                            f"storage the launcher sees ({fs.unstrip_protocol(root)})")
-            outcomes.append(ProbeOutcome(task.name, task.host, out.get("host", "?"),
-                                         out.get("where", "?"), problem))
+            outcomes += [ProbeOutcome(t.name, t.host, out.get("host", "?"), out.get("where", "?"),
+                                      problem) for t in members]
     finally:
         _remove(fs, [f"{root}/{launcher_name}"] + [f"{root}/{n}" for n in names.values()])
         if unseen:
@@ -195,7 +220,7 @@ def check_shared_storage(plan: JobPlan, backend: Backend, console: Console | Non
 def _check_local_write(plan: JobPlan) -> None:
     """The launcher can create and write model_dir on this machine's filesystem."""
     root = plan.storage.url.removeprefix("file://")
-    probe = os.path.join(root, f"{PROBE_PREFIX}{plan.run_id}-{uuid.uuid4().hex[:6]}-launcher")
+    probe = os.path.join(root, f"{PROBE_PREFIX}{plan.run_id}-{_token()[:6]}-launcher")
     try:
         os.makedirs(root, exist_ok=True)
         with open(probe, "w") as f:

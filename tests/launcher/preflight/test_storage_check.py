@@ -38,12 +38,13 @@ def probes_left(*dirs: Path) -> list[str]:
             if p.name.startswith(PROBE_PREFIX)]
 
 
-def private_dir_python(tmp_path: Path, task: str, elsewhere: Path) -> str:
-    """A `python` for the job whose task ``task`` runs in directory ``elsewhere``, so its
-    relative model_dir lands on other storage, as on a host with a private mount."""
+def private_dir_python(tmp_path: Path, elsewhere: Path) -> str:
+    """A `python` for the job that runs in directory ``elsewhere`` where its environment
+    has PRIVATE_DISK (one role's, from the spec), so that role's relative model_dir lands
+    on other storage, as on a host with a private mount."""
     wrapper = tmp_path / "bin" / "python"
     wrapper.parent.mkdir()
-    wrapper.write_text(f'#!/bin/sh\nif [ "$TFCLUSTER_TASK" = "{task}" ]; then '
+    wrapper.write_text(f'#!/bin/sh\nif [ -n "$PRIVATE_DISK" ]; then '
                        f'cd "{elsewhere}"; fi\nexec "{PY_TF215}" "$@"\n')
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
     return str(wrapper)
@@ -52,23 +53,25 @@ def private_dir_python(tmp_path: Path, task: str, elsewhere: Path) -> str:
 def test_a_task_on_other_storage_is_refused_before_anything_starts(tmp_path):
     elsewhere = tmp_path / "private-disk"
     elsewhere.mkdir()
-    python = private_dir_python(tmp_path, "ps:1", elsewhere)
+    python = private_dir_python(tmp_path, elsewhere)
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({
         "cluster": {"chief": 1, "worker": 1, "ps": 2}, "command": [python, *SLEEP],
+        "roles": {"ps": {"env": {"PRIVATE_DISK": "1"}}},
         "model_dir": "model", "workdir": str(tmp_path), "max_steps": 10,
         "run_dir": str(tmp_path / "runs")}))
     done = run_launch(str(spec), timeout=120)
     assert done.returncode == 2, done.stderr
-    assert "ps:1 on host localhost" in done.stderr
+    for ps in ("ps:0", "ps:1"):         # one probe for both, every task of it named
+        assert f"{ps} on host localhost" in done.stderr
     assert "not the same storage" in done.stderr
     assert str(elsewhere / "model") in done.stderr
-    for other in ("chief:0", "worker:0", "ps:0"):
+    for other in ("chief:0", "worker:0"):
         assert f"{other} on host" not in done.stderr
     (log,) = (tmp_path / "runs").glob("*/events.jsonl")
     (record,) = read_events(str(log))                   # nothing started
     assert record["event"] == "storage_check" and not record["ok"]
-    assert record["tasks"]["ps:1"]["problem"] and not record["tasks"]["ps:0"]["problem"]
+    assert record["tasks"]["ps:1"]["problem"] and not record["tasks"]["chief:0"]["problem"]
     assert probes_left(elsewhere / "model") == []
     assert not (tmp_path / "model").exists()     # the refused job left no model_dir
 
@@ -92,6 +95,37 @@ def test_shared_storage_on_s3(s3, tmp_path):
                                 "max_steps": 5, "env": s3.env()})
     check_shared_storage(plan, backend)
     assert not [p for p in s3.filesystem().ls(url) if PROBE_PREFIX in p]
+
+
+class CountingBackend(LocalBackend):
+    """The local backend, its storage probes counted (each one still runs for real)."""
+
+    def __init__(self):
+        super().__init__()
+        self.probed: list[str] = []
+
+    def probe(self, task, argv, timeout):
+        self.probed.append(task.name)
+        return super().probe(task, argv, timeout)
+
+
+def test_one_storage_probe_per_environment_not_per_task(s3, tmp_path):
+    """Seven tasks on one host with one environment: one probe. A role whose environment
+    from the spec differs (other credentials, another mount) gets a probe of its own, and
+    the check still passes when it sees the same bucket."""
+    spec = parse_spec(json.dumps({
+        "cluster": {"chief": 1, "worker": 4, "ps": 2}, "command": [PY_TF215, *SLEEP],
+        "model_dir": s3.url("per-host/model"), "max_steps": 5, "env": s3.env(),
+        "roles": {"ps": {"env": {"DATA_ROOT": "/mnt/other"}}}}))
+    backend = CountingBackend()
+    plan = build_plan(spec, port_for=backend.allocate_port, place=backend.place)
+    lines = []
+    console = Console(out=None, err=None)
+    console.info = lines.append
+    check_shared_storage(plan, backend, console=console)
+    assert sorted(backend.probed) == ["chief:0", "ps:0"]
+    assert lines == [f"model_dir {s3.url('per-host/model')}: the same storage for all 7 tasks"]
+    assert not [p for p in s3.filesystem().ls(s3.url("per-host/model")) if PROBE_PREFIX in p]
 
 
 def test_a_task_that_cannot_reach_the_s3_server_is_refused(s3, tmp_path):
