@@ -510,7 +510,8 @@ def _close(run: Attached, result: JobResult, job: Job, watch: JobWatch,
         console.info(f"metrics of each checkpoint, evaluated afresh:\n{metrics}")
     if console.hidden:
         console.info(f"{console.hidden} lines of TensorFlow's routine output (deprecation "
-                     "notices, banners, INFO) are only in the task logs; --verbose shows them")
+                     "notices, banners, INFO, TensorBoard's routine lines) are only in the "
+                     "task logs; --verbose shows them")
     from launcher.runs.registry import write_json_atomic
     try:
         write_json_atomic(os.path.join(run_dir, "summary.json"),

@@ -268,6 +268,7 @@ class Job:
     def _judge_exit(self, run: TaskRun, finishing: bool) -> str | None:
         """Why this exit fails the job, or None when it is fine (or restarts it)."""
         if run.stopped or run.status is None:      # stopped by the launcher, or running
+            self._fold(run)
             return None
         if run.status != 0:
             self.tasks.join_output(run)     # its last lines tell an error from a kill
@@ -316,13 +317,17 @@ class Job:
     def _apply(self, verdict: Decision, run: TaskRun) -> str | None:
         """Carry out a restart decision; return the reason when the job must fail."""
         if verdict.action == FAIL:
+            self.console.release(run.name)     # as it came: the failure tail follows
             return verdict.reason
         if verdict.action == IGNORE:
+            self._fold(run, verdict.reason)
             return None
         if verdict.action == DROP:
             self._drop(run, verdict)
+            self._fold(run)
             return None
         self.console.info(verdict.reason)
+        self._fold(run)
         self.events.write("restart_scheduled", task=run.name, scope=verdict.scope,
                           attempt=verdict.attempt, delay=verdict.delay, reason=verdict.reason)
         members = [run]
@@ -332,6 +337,8 @@ class Job:
                        r.name not in self.restarts.dropped]
             self.tasks.stop([r for r in members if r.running],
                             f"restarting the cluster: {run.name}", restart=True)
+            for member in members:
+                self._fold(member)
         for member in members:      # the back-off counts from when they are all down
             self.due[member.name] = self.clock() + verdict.delay
         self.incidents.append({"cause": run.name, "reason": verdict.reason,
@@ -368,6 +375,22 @@ class Job:
             self.events.write("task_returned", task=name)
             run.restarts += 1
             self.tasks.start(run)
+
+    def _fold(self, run: TaskRun, why: str | None = None) -> None:
+        """A traceback of a task whose end the launcher handled (restarted, tolerated,
+        stopped) is folded into its exception and where its traceback is, after ``why``
+        when no line said it yet; one that exited 0 printed its own traceback on purpose,
+        shown as it came (launcher/output/console.py holds it until now)."""
+        if not self.console.holds(run.name):
+            return
+        if run.status == 0 and not run.stopped:
+            self.console.release(run.name)
+            return
+        excerpt = describe(run.log_path)
+        lines = [why] if why else []
+        lines += excerpt_lines(run.name, run.log_path, excerpt, folded=True)[:2] \
+            if excerpt is not None else [f"{run.name}: its traceback is in {run.log_path}"]
+        self.console.release(run.name, lines)
 
     def _start_due(self) -> None:
         """Start again, in plan order, the tasks whose restart is due."""
@@ -457,13 +480,23 @@ class Job:
         return catch(handler)
 
 
-def excerpt_lines(name: str, log_path: str, excerpt: Excerpt) -> list[str]:
+FOLDED_EXCEPTION = 240      # characters of a folded exception line
+
+
+def excerpt_lines(name: str, log_path: str, excerpt: Excerpt, folded: bool = False
+                  ) -> list[str]:
     """The exception of a failed task, where its traceback starts, and a hint for the
-    errors the launcher can explain."""
+    errors the launcher can explain. ``folded``: a failure the launcher handled, whose
+    traceback the console did not print (the exception line cut to FOLDED_EXCEPTION)."""
     where = f"traceback from line {excerpt.traceback_line} of {log_path}"
     if excerpt.raised_in:
         where += f", raised in {excerpt.raised_in}"
-    lines = [f"{name}: {excerpt.exception}", f"  ({where})"]
+    exception = excerpt.exception
+    if folded:
+        where = f"not shown: {where}"
+        if len(exception) > FOLDED_EXCEPTION:
+            exception = exception[:FOLDED_EXCEPTION - 1] + "…"
+    lines = [f"{name}: {exception}", f"  ({where})"]
     if any(m in excerpt.exception for m in MODEL_DIR_MISMATCH):
         lines.append("  the script gives TensorFlow a model_dir other than the spec's, which "
                      "TF_CONFIG carries for Estimator jobs: pass "

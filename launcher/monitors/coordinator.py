@@ -19,21 +19,32 @@ and ends the job:
 from __future__ import annotations
 
 import collections
+import os
 import re
 import time
 from typing import Any, Callable
 
 from launcher.ending import TrainingView
 from launcher.events import EventLog
+from launcher.monitors.own_model_dir import elsewhere_line, open_tf_file, outside
 from launcher.output.console import Console
-from launcher.output.progress import FROM_OUTPUT, JobState, progress_line
+from launcher.output.progress import (
+    NOTHING,
+    NOTHING_AFTER,
+    JobState,
+    output_progress,
+    progress_line,
+)
+from orchestrator.checkpoints import STATE_FILE, CheckpointReader
 from orchestrator.coordinator import Coordinator, Progress
 from orchestrator.decisions import FINISH, Decision, TaskState
 from orchestrator.roles import PRIMARY_ORDER, TRAINERS
 
 PROGRESS_EVERY = 5.0     # seconds between progress lines while something changes
 PROGRESS_QUIET = 30.0    # ... and while nothing does
-COUNTDOWN = re.compile(r"at most \S+ more")   # a bound counting down is no change
+COUNTDOWN = re.compile(r"at most \S+ more|after \d\S*")   # time passing is no change
+EMPTY = "no checkpoint or summary"
+NESTED_DEPTH = 3          # levels below model_dir where a nested checkpoint is looked for
 
 
 
@@ -62,6 +73,9 @@ class CoordinatorMonitor:
         # What the coordinator's thread saw, written out by tick() on the job loop's
         # thread: every event lands between job_started and job_ended.
         self._seen: collections.deque = collections.deque()
+        self._nested: str | None = None     # a checkpoint below model_dir ("": none)
+        self._elsewhere_said = False        # a model_dir of the script's own was named
+        self._looked_at = -float("inf")     # when the tasks' open files were last looked at
         coordinator.on_change = self._note
 
     def _note(self, event: str, fields: dict[str, Any]) -> None:
@@ -87,6 +101,7 @@ class CoordinatorMonitor:
             self._restarts += 1
             self.coordinator.note_restart()
         p = self.coordinator.progress()
+        self._elsewhere(p, tasks)
         silent = self.not_answering() if self.not_answering else []
         state = self.job_state(tasks, now)
         self.console.progress(p, tasks, self._restarts, silent, state)
@@ -131,13 +146,58 @@ class CoordinatorMonitor:
         if now - at < self.progress_every and not force:
             return
         started = self._started if self._started is not None else now
-        line = progress_line(p, now - started, self._restarts, now, silent,
-                             state)
-        once = line == last and FROM_OUTPUT in line    # said once: the tasks' output follows
+        steps = self.console.steps
+        line = progress_line(p, now - started, self._restarts, now, silent, state,
+                             output_progress(steps, p, now, started), steps.moving_at(),
+                             self._nothing(p, now - started))
+        once = EMPTY in line and EMPTY in last     # said once: nothing new to say
         changed = COUNTDOWN.sub("", line) != COUNTDOWN.sub("", last)  # not the time left alone
         if changed or (now - at >= PROGRESS_QUIET and not once):
             self.console.progress_line(line)
             self._last_line = (line, now)
+
+    def _elsewhere(self, p: Progress, tasks: list[TaskState]) -> None:
+        """Once: a trainer that writes into a model_dir of its own (its Estimator's "Using
+        config" record, or a TensorFlow file it holds open while this model_dir has
+        none), named in one line."""
+        if self._elsewhere_said:
+            return
+        model_dir = self.coordinator.reader.model_dir
+        for task, where in sorted(self.console.steps.model_dirs.items()):
+            if outside(where, model_dir):
+                self._say_elsewhere(task, where, "its Estimator's \"Using config\" record")
+                return
+        now = self.clock()
+        if p.checkpoint is not None or p.events_step is not None or \
+                now - self._looked_at < self.progress_every:
+            return
+        self._looked_at = now
+        for t in tasks:
+            if t.type in TRAINERS and t.alive:
+                path = open_tf_file(t.pid)
+                if path is not None and outside(path, model_dir):
+                    self._say_elsewhere(t.name, os.path.dirname(path),
+                                        f"it holds {os.path.basename(path)} open there")
+                    return
+
+    def _say_elsewhere(self, task: str, where: str, how: str) -> None:
+        self._elsewhere_said = True
+        model_dir = self.coordinator.reader.model_dir
+        self.console.info(elsewhere_line(task, where, how, model_dir))
+        self.events.write("model_dir_elsewhere", task=task, path=where, how=how)
+
+    def _nothing(self, p: Progress, waited: float) -> str:
+        """What model_dir holds while it has no checkpoint or summary of its own: once
+        NOTHING_AFTER passed, a checkpoint in a folder below (Keras' BackupAndRestore
+        writes model_dir/backup/chief/..., deleted once training ends) is named."""
+        if p.checkpoint is not None or p.events_step is not None or waited < NOTHING_AFTER:
+            return NOTHING
+        if self._nested is None:
+            self._nested = nested_checkpoint(self.coordinator.reader) or ""
+        if not self._nested:
+            return NOTHING
+        return ("no checkpoint or summary at model_dir's top yet after {waited}; a "
+                f"checkpoint in {self._nested} (Keras' BackupAndRestore backup, if it is one)")
 
     def training_view(self) -> TrainingView:
         """What model_dir says, for the job loop's end rules."""
@@ -148,6 +208,20 @@ class CoordinatorMonitor:
     def close(self) -> None:
         # The closing lines come from one last read of model_dir (launcher/output/closing.py).
         self.coordinator.stop()
+
+
+def nested_checkpoint(reader: CheckpointReader) -> str | None:
+    """The folder, relative to model_dir, of a checkpoint state file below its top (up to
+    NESTED_DEPTH levels), None when there is none or model_dir cannot be listed."""
+    try:
+        found = reader.fs.find(reader.root, maxdepth=NESTED_DEPTH + 1)
+    except (OSError, ValueError):
+        return None
+    for path in sorted(found):
+        rel = path[len(reader.root):].strip("/")
+        if "/" in rel and rel.rsplit("/", 1)[1] == STATE_FILE:
+            return rel.rsplit("/", 1)[0] + "/"
+    return None
 
 
 def primary_exited_0(tasks: list[TaskState]) -> str | None:

@@ -5,12 +5,23 @@ console is a terminal (``launch --help`` never loads it)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import time
 from typing import IO, Any
 
 from launcher.output.console import Console
-from launcher.output.progress import duration_text, eval_text, rate_words, state_words
+from launcher.output.progress import (
+    OutputProgress,
+    duration_text,
+    eval_text,
+    output_progress,
+    output_words,
+    rate_words,
+    state_words,
+    step_text,
+)
 
 REFRESH_PER_SECOND = 4
 
@@ -29,6 +40,7 @@ class LiveConsole(Console):
         self._began = time.monotonic()
         self._drawing = False
         self._closed = False
+        self._ignored_sigint = ignored_sigint_line()    # said once, when drawing begins
         self.rich = RichConsole(file=file or sys.stderr, highlight=False, soft_wrap=True)
         self.live = Live(get_renderable=self._render, console=self.rich,
                          refresh_per_second=REFRESH_PER_SECOND, transient=False,
@@ -38,13 +50,13 @@ class LiveConsole(Console):
         if not self._drawing and not self._closed:
             self._drawing = True
             self.live.start()
+            if self._ignored_sigint:
+                line, self._ignored_sigint = self._ignored_sigint, None
+                self.info(line)
 
-    def task_line(self, name: str, line: str) -> None:
+    def print_task_line(self, name: str, shown: str) -> None:
         from rich.text import Text
 
-        shown = self.shows(name, line)
-        if shown is None:
-            return
         self._draw()
         text = Text(f"[{name}] ", style="cyan")
         text.append_text(Text.from_ansi(shown))
@@ -69,6 +81,7 @@ class LiveConsole(Console):
         self._draw()
 
     def close(self) -> None:
+        super().close()
         self._closed = True
         if self._drawing:
             self.live.refresh()
@@ -88,7 +101,9 @@ class LiveConsole(Console):
         grid.add_column()
         bar = ProgressBar(total=float(total) if total else None,
                           completed=float(min(step or 0, total or 0)), width=32)
-        words = status_words(p, step, total, self._state)
+        now = time.monotonic()
+        output = output_progress(self.steps, p, now, self._began) if p is not None else None
+        words = status_words(p, step, total, self._state, output, self.steps.moving_at())
         if self._silent:
             words += f" · {', '.join(self._silent)} not answering"
         grid.add_row(bar, Text(words))
@@ -99,17 +114,33 @@ class LiveConsole(Console):
         return grid
 
 
-def status_words(p: Any, step: int | None, total: int | None, state: Any = None) -> str:
+def ignored_sigint_line() -> str | None:
+    """The line a terminal user needs when Ctrl-C will do nothing (SIGINT inherited
+    ignored: launcher/signals.py keeps it so), else None."""
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        return None
+    return (f"Ctrl-C is ignored: this launcher was started with SIGINT ignored (a background "
+            f"job of a shell); stop the run with `launch cancel` or `kill {os.getpid()}`")
+
+
+def status_words(p: Any, step: int | None, total: int | None, state: Any = None,
+                 output: OutputProgress | None = None, moving_at: float | None = None) -> str:
     """'step 120/602 (19%) · 66.2 steps/s · ETA 7s', or what happens instead of training
-    (``state``: restarting, finishing, the evaluator's wait; launcher/output/progress.py)."""
+    (``state``: restarting, finishing, the evaluator's wait; launcher/output/progress.py);
+    ``output``: the trainers' own word on their step when it is ahead of model_dir's."""
     happening = state_words(p, state) if p is not None and state is not None else None
+    training = state is None or not (state.restarting or state.trainers_ended)
+    if output is not None and training and (step is None or output.step > step):
+        return " · ".join([step_text(output.step, total, output.estimated),
+                           *(happening if happening is not None else output_words(output))])
     if step is None:
         first = "waiting for the first checkpoint" if p is None or p.checkpoint is None else \
             f"checkpoint {p.checkpoint.name}"
         return " · ".join([first, *(happening or [])])
     words = [f"step {step}/{total} ({100 * min(step, total) // total}%)" if total
              else f"step {step}",
-             *(happening if happening is not None else rate_words(p, time.monotonic()))]
+             *(happening if happening is not None else
+               rate_words(p, time.monotonic(), moving_at))]
     return " · ".join(words)
 
 

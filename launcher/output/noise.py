@@ -1,8 +1,9 @@
 """What of a task's output the console shows: TensorFlow's known noise (deprecation notices
 with their "Instructions for updating:" block, oneDNN / CPU-feature / CUDA banners, INFO
-chatter) stays in the task's log but not on the console; warnings, errors, tracebacks and
-the user's own prints are shown in full. And a ``\\r``-updated progress bar is shown as its
-latest state.
+chatter) stays in the task's log but not on the console, and so does the routine output of
+well-known helpers a script starts (TensorBoard: its data server's INFO records, its
+start-up notes; werkzeug's request log); warnings, errors, tracebacks and the user's own
+prints are shown in full. And a ``\\r``-updated progress bar is shown as its latest state.
 
 Pure functions and one small per-task state machine: no I/O, no TensorFlow.
 """
@@ -35,6 +36,17 @@ BANNERS = re.compile("|".join([
     r"failed call to cuInit",
     r"All log messages before absl::InitializeLog\(\) is called are written to STDERR",
 ]))
+# Routine lines of helpers a script starts: TensorBoard's Rust data server logs through
+# env_logger ("[2026-12-01T07:12:01Z INFO  rustboard_core::cli] Finished load cycle");
+# TensorBoard's start-up notes; werkzeug's (TensorBoard's web server) request log.
+HELPERS = re.compile("|".join([
+    r"^\[[^\]]*\b(?:INFO|DEBUG|TRACE)\s+rustboard\w*(?:::\w+)*\]",
+    r"^NOTE: Using experimental fast data loading logic",
+    r"^Serving TensorBoard on localhost; to expose to the network",
+    r'^\S+ - - \[[^\]]+\] "(?:GET|POST|HEAD) ',
+]))
+HELPER_CONTINUED = ('    "--load_fast=false" and report issues on GitHub',
+                    "    https://github.com/tensorflow/tensorboard/issues/4784")
 DEPRECATION = re.compile(r"is deprecated and will be removed|is deprecated\. Please use|"
                          r"\bdeprecation\.py:\d+\]|Instructions for updating:|"
                          r"deprecated arguments\) are deprecated")
@@ -115,7 +127,7 @@ class NoiseFilter:
         if line.strip() == INSTRUCTIONS or line.endswith(INSTRUCTIONS):
             self._instructions_left = MAX_INSTRUCTION_LINES
             return False
-        if is_banner(line):
+        if is_banner(line) or HELPERS.search(line) or line.startswith(HELPER_CONTINUED):
             return False
         if level is not None and DEPRECATION.search(line):
             return False

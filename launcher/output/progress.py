@@ -9,21 +9,25 @@ while something changes.
 - after training: waiting for the evaluator to evaluate the final checkpoint, why it may take
   a while (TensorFlow's ``start_delay_secs`` / ``throttle_secs``) and the bound
   (``timeouts.evaluator``); stopping the parameter servers;
+- the step comes from the freshest source, which the line names when it is not model_dir's
+  newest checkpoint: the events file, or the trainers' own output (launcher/output/
+  trainer_steps.py: Estimator's ``step = N`` lines, Keras' bar, an estimate from
+  ``global_step/sec``), with its age. "no new step" is said only when no source moved;
 - a job that writes nothing into model_dir (no checkpoint, no summary: MultiWorkerMirrored
-  custom loops, scripts that save elsewhere) gets one line saying its progress comes from
-  its tasks' own output, printed once.
+  custom loops, scripts that save elsewhere) and whose trainers print no step says so.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from launcher.output.trainer_steps import TrainerSteps
 from orchestrator.coordinator import Progress
 
 FIRST_METRICS = ("loss", "accuracy", "auc")   # shown first in the progress line
 QUIET_AFTER = 10.0    # seconds without a new step before the line says so (no stale rate)
 NOTHING_AFTER = 30.0  # s with nothing in model_dir before the line says where progress is
-FROM_OUTPUT = "progress comes from the tasks' own output"   # a line printed once
+NOTHING = "no checkpoint or summary in model_dir yet after {waited}"
 START_DELAY, THROTTLE = 120, 600   # TensorFlow's EvalSpec defaults (s)
 
 
@@ -40,6 +44,44 @@ class JobState:
     ps: tuple[str, ...] = ()              # parameter servers running
     ended_for: float = 0.0                # s since the last trainer ended
     evaluator_timeout: float | None = None   # timeouts.evaluator
+
+
+@dataclass(frozen=True)
+class OutputProgress:
+    """The trainers' own word on their step, when it is ahead of model_dir's."""
+
+    step: int
+    task: str
+    age: float                   # s since the line that showed it
+    estimated: bool = False      # steps since model_dir's step, from global_step/sec
+    rate: float | None = None    # the steps/s the trainer reported
+
+    def source(self) -> str:
+        if self.estimated:
+            return (f"estimated from {self.task}'s global_step/sec "
+                    f"{duration_text(self.age)} ago")
+        return f"from {self.task}'s output {duration_text(self.age)} ago"
+
+
+def output_progress(steps: TrainerSteps | None, p: Progress, now: float, since: float
+                    ) -> OutputProgress | None:
+    """What the trainers' output says when it is ahead of model_dir (``since``: when the
+    job started, the base of an estimate when model_dir has no step yet)."""
+    if steps is None:
+        return None
+    known = p.latest_step
+    newest = steps.newest()
+    if newest is not None and (known is None or newest.step > known):
+        return OutputProgress(newest.step, newest.task, now - newest.at)
+    rate = steps.rate()
+    if rate is None:
+        return None
+    base_at = p.step_at if p.step_at is not None and known is not None else since
+    estimate = steps.estimate(base_at)
+    if estimate is None or estimate[0] <= 0:
+        return None
+    return OutputProgress((known or 0) + estimate[0], estimate[1], now - rate[2],
+                          estimated=True, rate=rate[1])
 
 
 def duration_text(secs: float) -> str:
@@ -62,12 +104,16 @@ def eval_text(ev: dict) -> str:
     return f"eval at step {ev.get('step')}: {metrics}"
 
 
-def rate_words(p: Progress, now: float | None) -> list[str]:
+def rate_words(p: Progress, now: float | None, moving_at: float | None = None) -> list[str]:
     """The rate and ETA ("66.2 steps/s", "ETA 7s"), or, when no new step came for
     QUIET_AFTER s before ``now`` (a monotonic time), "no new step for 45s" instead: old
-    figures are never shown as current."""
+    figures are never shown as current. ``moving_at``: when a trainer's output last showed
+    a step or a rate (then steps are moving: no rate from model_dir, and no "no new step")."""
     quiet = None if now is None or p.step_at is None else now - p.step_at
     if quiet is not None and quiet >= QUIET_AFTER and not p.reached_max_steps:
+        if moving_at is not None and now is not None and now - moving_at < QUIET_AFTER:
+            return [f"steps moving in the trainers' output {duration_text(now - moving_at)} "
+                    f"ago, none new in model_dir for {duration_text(quiet)}"]
         return [f"no new step for {duration_text(quiet)}"]
     words = []
     if p.steps_per_sec is not None:
@@ -116,30 +162,54 @@ def evaluator_words(p: Progress, state: JobState) -> str:
     return words
 
 
+def step_text(step: int, max_steps: int | None, estimated: bool = False) -> str:
+    """'step 400/602 (66%)', '~' before an estimated step."""
+    total = f"/{max_steps} ({100 * min(step, max_steps) // max_steps}%)" if max_steps else ""
+    return f"step {'~' if estimated else ''}{step}{total}"
+
+
+def output_words(output: OutputProgress) -> list[str]:
+    """Where an output step comes from, how old it is, the rate a trainer reported."""
+    if output.age >= QUIET_AFTER:
+        return [f"no new step for {duration_text(output.age)} ({output.task}'s output)"]
+    words = [output.source()]
+    if output.rate is not None:
+        words.append(f"{output.rate:.1f} steps/s")
+    return words
+
+
 def progress_line(p: Progress, waited: float, restarts: int = 0, now: float | None = None,
                   silent: list[str] | tuple[str, ...] = (),
-                  state: JobState | None = None) -> str:
+                  state: JobState | None = None, output: OutputProgress | None = None,
+                  moving_at: float | None = None, nothing: str = NOTHING) -> str:
     """One line: where training stands (the step from the events file when it is ahead of
-    the newest complete checkpoint), what is happening (``state``: see the module
-    docstring), and how many restarts it took so far. ``silent`` names tasks that stopped
-    answering gRPC."""
+    the newest complete checkpoint, from the trainers' own output, ``output``, when that is
+    ahead of both), what is happening (``state``: see the module docstring), and how many
+    restarts it took so far. ``silent`` names tasks that stopped answering gRPC;
+    ``moving_at``: when a trainer's output last showed a step or a rate; ``nothing``: what
+    to say when model_dir holds nothing yet ({waited}: for how long)."""
     state = state or JobState()
     ckpt, step = p.checkpoint, p.latest_step
     happening = state_words(p, state)
-    if step is None:
+    if output is not None and not state.restarting and not state.trainers_ended and \
+            (step is None or output.step > step):
+        words = happening if happening is not None else output_words(output)
+        line = ", ".join([step_text(output.step, p.max_steps, output.estimated), *words])
+        line += f", checkpoint {ckpt.name}" if ckpt else ", no checkpoint in model_dir yet"
+    elif step is None:
         if ckpt:
             line = ", ".join([f"checkpoint {ckpt.progress}", *(happening or [])])
         elif happening:
             line = happening[0]
         elif waited >= NOTHING_AFTER and p.events_step is None:
-            line = f"no checkpoint or summary in model_dir yet: {FROM_OUTPUT}"
+            line = nothing.format(waited=duration_text(waited))
         else:
             line = "waiting for the first checkpoint"
     else:
-        total = f"/{p.max_steps} ({100 * min(step, p.max_steps) // p.max_steps}%)" \
-            if p.max_steps else ""
-        words = happening if happening is not None else rate_words(p, now)
-        line = ", ".join([f"step {step}{total}", *words])
+        words = happening if happening is not None else rate_words(p, now, moving_at)
+        source = " in the events file" if ckpt is not None and ckpt.step is not None and \
+            step > ckpt.step else ""
+        line = ", ".join([step_text(step, p.max_steps) + source, *words])
         line += f", checkpoint {ckpt.name}" if ckpt else ", no complete checkpoint yet"
     if p.latest_eval:
         line += f"; {eval_text(p.latest_eval)}"

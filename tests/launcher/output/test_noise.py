@@ -118,11 +118,15 @@ def test_a_redrawn_progress_bar_shows_its_latest_state(raw, expected):
 
 
 def test_console_hides_noise_unless_verbose():
-    for verbose, expected in ((False, len(KEPT)), (True, len(KEPT) + len(DEPRECATION))):
+    """Every kept line is printed (the traceback once its task's end is known: here, at
+    close), but for the empty one."""
+    printed = len(KEPT) - 1
+    for verbose, expected in ((False, printed), (True, printed + len(DEPRECATION))):
         out = io.StringIO()
         console = Console(out=out, err=io.StringIO(), verbose=verbose)
         for line in DEPRECATION + KEPT:
             console.task_line("chief:0", line)
+        console.close()
         assert len(out.getvalue().splitlines()) == expected
         assert console.hidden == (0 if verbose else len(DEPRECATION))
 
@@ -143,3 +147,29 @@ def test_a_recorded_estimator_log_with_absl_info_records_shows_only_what_matters
     assert shown(lines) == ["INFO:tensorflow:Loss for final step: 0.6531401.",
                             lines[-2], "my own print after training"]
     assert lines[-2].endswith("estimator.py:361] Loss for final step: 0.6531401.")
+
+
+TENSORBOARD = [
+    "[2026-12-01T07:12:01Z INFO  rustboard_core::cli] Starting load cycle",
+    "[2026-12-01T07:12:01Z INFO  rustboard_core::cli] Finished load cycle (2.1 ms)",
+    "NOTE: Using experimental fast data loading logic. To disable, pass",
+    '    "--load_fast=false" and report issues on GitHub. More details:',
+    "    https://github.com/tensorflow/tensorboard/issues/4784",
+    "Serving TensorBoard on localhost; to expose to the network, use a proxy or pass "
+    "--bind_all",
+    '127.0.0.1 - - [01/Dec/2026 07:12:03] "GET /data/runs HTTP/1.1" 200 -',
+]
+TENSORBOARD_KEPT = [
+    "TensorBoard 2.15.2 at http://localhost:6006/ (Press CTRL+C to quit)",
+    "[2026-12-01T07:12:04Z WARN  rustboard_core::run] Read error in events file",
+    "[2026-12-01T07:12:04Z ERROR rustboard_core::logdir] could not list the log directory",
+]
+
+
+def test_a_tensorboard_the_script_starts_is_routine_but_its_address_and_errors():
+    """A user's chief that starts TensorBoard: its data server's INFO records every 5 s,
+    its start-up notes and its request log stay in the log, like TF's INFO lines."""
+    f = NoiseFilter()
+    assert [line for line in TENSORBOARD + TENSORBOARD_KEPT if f.show(line)] == \
+        TENSORBOARD_KEPT
+    assert f.hidden == len(TENSORBOARD)

@@ -1,7 +1,7 @@
 """The progress line says what is happening: training (rate, ETA), restarting, finishing,
 waiting for the evaluator (why, and for how long at most), stopping the ps; a job that
-writes nothing into model_dir gets one line, once (launcher/output/progress.py and the
-coordinator's monitor)."""
+writes nothing into model_dir gets one line, once, that claims nothing it does not know
+(launcher/output/progress.py and the coordinator's monitor)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ def test_after_the_trainers_ended_no_rate_is_shown_but_the_evaluator_wait_and_it
     state = JobState(trainers_ended=True, evaluators=("evaluator:0",), ps=(),
                      ended_for=100.0, evaluator_timeout=900.0)
     line = progress_line(ENDED, 300, now=250.0, state=state)
-    assert line == ("progress: step 1008/939 (100%), training ended; waiting for evaluator:0 "
+    assert line == ("progress: step 1008/939 (100%) in the events file, training ended; "
+                    "waiting for evaluator:0 "
                     "to evaluate the final checkpoint (step 939): TensorFlow's evaluator waits "
                     "EvalSpec.start_delay_secs (120s by default) before its first evaluation; "
                     "at most 13m20s more (timeouts.evaluator 900s), checkpoint model.ckpt-939")
@@ -72,8 +73,7 @@ def test_a_job_that_writes_nothing_into_model_dir_gets_one_line_not_one_every_5s
     mon.close()
     lines = err.getvalue().splitlines()
     assert lines == ["tfcluster: progress: waiting for the first checkpoint",
-                     "tfcluster: progress: no checkpoint or summary in model_dir yet: "
-                     "progress comes from the tasks' own output"]
+                     "tfcluster: progress: no checkpoint or summary in model_dir yet after 30s"]
 
 
 def test_the_monitor_knows_when_training_ended_and_who_is_waited_for(tmp_path):

@@ -169,4 +169,5 @@ def test_progress_line():
     assert progress_line(Progress(), 10, restarts=2) == (
         "progress: waiting for the first checkpoint; 2 restarts")
     ahead = Progress(max_steps=3000, checkpoint=ckpt, events_step=1500)
-    assert progress_line(ahead, 1) == "progress: step 1500/3000 (50%), checkpoint model.ckpt-1200"
+    assert progress_line(ahead, 1) == ("progress: step 1500/3000 (50%) in the events file, "
+                                      "checkpoint model.ckpt-1200")
