@@ -213,14 +213,13 @@ class CoordinatorMonitor:
 def nested_checkpoint(reader: CheckpointReader) -> str | None:
     """The folder, relative to model_dir, of a checkpoint state file below its top (up to
     NESTED_DEPTH levels), None when there is none or model_dir cannot be listed."""
-    try:
-        found = reader.fs.find(reader.root, maxdepth=NESTED_DEPTH + 1)
-    except (OSError, ValueError):
-        return None
-    for path in sorted(found):
-        rel = path[len(reader.root):].strip("/")
-        if "/" in rel and rel.rsplit("/", 1)[1] == STATE_FILE:
-            return rel.rsplit("/", 1)[0] + "/"
+    for depth in range(1, NESTED_DEPTH + 1):
+        try:
+            found = reader.fs.glob(f"{reader.root}/{'*/' * depth}{STATE_FILE}")
+        except (OSError, ValueError):
+            return None
+        for path in sorted(found):
+            return path[len(reader.root):].strip("/").rsplit("/", 1)[0] + "/"
     return None
 
 
