@@ -431,7 +431,10 @@ def _execute(run: Attached) -> RunResult:
     state.on_error = partial(unwritten.failed, "state.json")
     board = None
     try:
+        plan.run_dir = run_dir
         backend.preflight(plan)
+        for note in backend.preflight_notes:
+            console.info(note)
         place(plan, backend.gpu_machines(plan))
         from launcher.preflight.storage_check import preflight_model_dir
         if preflight_model_dir(plan, backend, args.retrain, console, events):

@@ -81,6 +81,8 @@ class JobPlan:
     tensorboard: TensorBoardSettings | None = None  # TensorBoard with the run
     # role -> the fewest of its tasks the job goes on with (roles.worker.minimum)
     minimum: dict[str, int] = field(default_factory=dict)
+    workdir: str | None = None      # the spec's (every task's, unless its role has its own)
+    run_dir: str | None = None      # where the run's files go, once the launcher knows it
 
     def task(self, type_: str, index: int = 0) -> TaskPlan:
         return next(t for t in self.tasks if t.type == type_ and t.index == index)
@@ -248,5 +250,6 @@ def build_plan(
                    timeouts=dict(spec.timeouts), restart=restart_policies(spec),
                    check_storage=spec.check_storage, tensorboard=spec.tensorboard,
                    minimum={role: r.minimum for role, r in spec.roles.items()
-                            if r.minimum is not None})
+                            if r.minimum is not None},
+                   workdir=spec.workdir)
 

@@ -197,6 +197,9 @@ class Backend(ABC):
     # ``start`` also serves a process beside the tasks on a task's host (TensorBoard on the
     # chief's: launcher/tensorboard.py); False: such a process runs on this machine.
     serves_beside_tasks: ClassVar[bool] = False
+    # what the preflight found that the user should read (a workdir's copy, the TensorFlow
+    # of each host), printed once it passed; a backend's preflight sets its own list
+    preflight_notes: list[str] = []
     _gpus_here: tuple[Gpu, ...] | None       # this machine's, once asked (gpu_machines)
 
     def __init__(self, options: Any = None, *, remap: bool = False, inside_job: bool = False):

@@ -26,8 +26,10 @@ tasks up by then), terminates every task's group, then kills them after ``grace`
 When a task ends, whatever is left of its group is killed.
 """
 
+import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -312,17 +314,20 @@ def query_gpus(query, path):
     return {"status": done.returncode, "output": done.stdout.decode("utf-8", "replace")[-65536:]}
 
 
-def check(nonce, items, gpu_query=None):
-    """Preflight: every task's working directory, program and port given in the spec, as
-    one JSON line; with ``gpu_query``, also nvidia-smi's answer to it (on the first task's
-    PATH)."""
-    problems = []
+def check(nonce, items, gpu_query=None, synced=None, sync=None):
+    """Preflight: every task's working directory, program and port given in the spec, and
+    its environment (``environment_problems``), as one JSON line; with ``gpu_query``, also
+    nvidia-smi's answer to it (on the first task's PATH). ``synced``: the root of the
+    workdir's copy on this host; an item's ``in_tree`` is its working directory there."""
+    problems, tensorflow = [], {}
     for item in items:
         if item.get("port") and port_taken(item["port"]):
             problems.append(f"{item['task']}: port {item['port']} is already in use on "
                             f"this host (pick another port in the spec, or leave the port "
                             f"out to get a free one)")
         cwd, program = item.get("cwd"), item["program"]
+        if synced is not None and item.get("in_tree") is not None:
+            cwd = os.path.join(synced, item["in_tree"])
         if cwd and not os.path.isdir(cwd):
             problems.append(f"{item['task']}: working directory {shown(cwd)} does not exist")
             continue
@@ -330,11 +335,354 @@ def check(nonce, items, gpu_query=None):
         problem = program_problem(program, cwd, path)
         if problem:
             problems.append(f"{item['task']}: {problem}")
-    found = {"nonce": nonce, "host": socket.gethostname(), "problems": problems}
+            continue
+        found, version = environment_problems(item, cwd or os.getcwd(), path)
+        problems += [f"{item['task']}: {p}" for p in found]
+        if version is not None:
+            tensorflow[item["task"]] = version
+    found = {"nonce": nonce, "host": socket.gethostname(), "problems": problems,
+             "tensorflow": tensorflow, "sync": sync}
     if gpu_query:
         path = (items[0].get("path") if items else None) or os.environ.get("PATH", os.defpath)
         found["gpus"] = query_gpus(gpu_query, path)
     answer(found)
+
+
+def checked(desc):
+    """A check message: first the workdir's copy when it carries ``sync`` (is the tree here:
+    ``sync_state``) or ``install`` (``sync_install``), then ``check`` in that copy. A
+    copy not complete yet is answered without a check: what is missing, or the problem."""
+    synced = found = None
+    if "sync" in desc or "install" in desc:
+        try:
+            found = sync_install(desc["install"]) if "install" in desc else \
+                sync_state(desc["sync"])
+        except OSError as e:
+            found = {"problem": _os_problem(e)}
+        if not found.get("root"):
+            answer({"nonce": desc["nonce"], "host": socket.gethostname(), "problems": [],
+                    "sync": found})
+            return
+        synced = found["root"]
+    check(desc["nonce"], desc["check"], desc.get("gpu_query"), synced, found)
+
+
+# ------------------------------------------------------------- the workdir's copy (ssh.sync)
+# AREA/objects/SHA256   each file's content once (0600), named by its hash
+# AREA/trees/TREE       a complete copy, named by the hash of its manifest; never changed
+# AREA/locks/TREE       held shared by every bootstrap whose tasks run in TREE
+# AREA/manifests/TREE   the objects TREE uses (for collecting the unused ones)
+# AREA/incoming/PID-X   the launcher's tar of missing objects, before they are checked
+# AREA/tmp/TREE.PID-X   a copy being built; renamed into trees/ once complete
+KEEP_TREES = 4          # copies kept beside the ones in use
+OBJECT_GRACE = 600      # seconds an unused object is kept (another launch may be using it)
+SYNC: dict = {"locks": [], "scratch": []}
+
+
+def _os_problem(error):
+    return (error.strerror or str(error)) + (" (" + error.filename + ")"
+                                             if getattr(error, "filename", None) else "")
+
+
+def sync_area(area):
+    """The copy area, absolute, made private to its owner."""
+    root = os.path.abspath(os.path.expanduser(area))
+    for sub in ("", "objects", "trees", "manifests", "locks", "incoming", "tmp"):
+        os.makedirs(os.path.join(root, sub), mode=0o700, exist_ok=True)
+    os.chmod(root, 0o700)
+    return root
+
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def _sweep_scratch(root):
+    """Scratch folders of bootstraps that are gone (a killed launcher, a lost host)."""
+    for sub in ("incoming", "tmp"):
+        for name in os.listdir(os.path.join(root, sub)):
+            pid = name.rsplit(".", 1)[-1].split("-")[0]
+            if pid.isdigit() and not _pid_alive(int(pid)):
+                shutil.rmtree(os.path.join(root, sub, name), ignore_errors=True)
+
+
+def _scratch(folder):
+    os.mkdir(folder, 0o700)
+    SYNC["scratch"].append(folder)
+    return folder
+
+
+def drop_scratch():
+    for folder in SYNC["scratch"]:
+        shutil.rmtree(folder, ignore_errors=True)
+    SYNC["scratch"] = []
+
+
+def _hold(root, tree):
+    """A shared lock on ``tree`` for as long as this bootstrap lives: the tree is in use
+    and no collection removes it."""
+    import fcntl
+
+    fd = os.open(os.path.join(root, "locks", tree), os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    SYNC["locks"].append(fd)
+
+
+def sync_state(desc):
+    """``{"area", "tree", "objects"}``: the tree's root when it is here (held from now
+    on), else the objects missing and the folder their tar goes into."""
+    root = sync_area(desc["area"])
+    _sweep_scratch(root)
+    tree = desc["tree"]
+    _hold(root, tree)
+    if os.path.isdir(os.path.join(root, "trees", tree)):
+        os.utime(os.path.join(root, "manifests", tree))
+        return {"root": os.path.join(root, "trees", tree)}
+    objects = os.path.join(root, "objects")
+    missing = [h for h in desc["objects"] if not os.path.isfile(os.path.join(objects, h))]
+    incoming = _scratch(os.path.join(root, "incoming", str(os.getpid()) + "-" +
+                                     os.urandom(4).hex()))
+    disk = os.statvfs(root)
+    return {"root": None, "missing": missing, "incoming": incoming,
+            "free": disk.f_bavail * disk.f_frsize}
+
+
+def _digest(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _inside(path):
+    norm = os.path.normpath(path)
+    if os.path.isabs(norm) or norm == ".." or norm.startswith("../"):
+        raise ValueError("path out of the folder: " + path)
+    return norm
+
+
+def sync_install(desc):
+    """``{"area", "tree", "entries", "incoming"}``: the objects that came (each checked
+    against its name) join the store; the tree is built in tmp/ and renamed into trees/
+    once complete. Its root, or the problem (nothing half-built is left)."""
+    root = sync_area(desc["area"])
+    tree, incoming = desc["tree"], desc["incoming"]
+    objects = os.path.join(root, "objects")
+    if os.path.dirname(incoming) != os.path.join(root, "incoming"):
+        raise ValueError("not a folder of the copy area: " + incoming)
+    for name in os.listdir(incoming):
+        path = os.path.join(incoming, name)
+        if _digest(path) != name:
+            return {"problem": "a copied file does not match its hash (" + name + ")"}
+        os.chmod(path, 0o600)
+        os.replace(path, os.path.join(objects, name))
+    building = _scratch(os.path.join(root, "tmp", tree + "." + str(os.getpid()) + "-" +
+                                     os.urandom(4).hex()))
+    try:
+        for path, kind, mode, value in desc["entries"]:
+            target = os.path.join(building, _inside(path))
+            if kind == "d":
+                os.mkdir(target, 0o700)
+            elif kind == "l":
+                os.symlink(value, target)
+            else:
+                shutil.copyfile(os.path.join(objects, value), target)
+                os.chmod(target, mode & 0o700)
+        with open(os.path.join(root, "manifests", tree), "w") as f:
+            json.dump(sorted({e[3] for e in desc["entries"] if e[1] == "f"}), f)
+        try:
+            os.rename(building, os.path.join(root, "trees", tree))
+        except OSError:
+            if not os.path.isdir(os.path.join(root, "trees", tree)):
+                raise           # else another launch built the same tree first
+    except OSError as e:
+        return {"problem": "cannot build the copy in " + root + ": " + _os_problem(e)}
+    finally:
+        drop_scratch()
+    _hold(root, tree)
+    collect(root)
+    return {"root": os.path.join(root, "trees", tree)}
+
+
+def collect(root, keep=KEEP_TREES):
+    """Remove the trees beyond the ``keep`` newest that no bootstrap holds, then the objects
+    no kept tree uses."""
+    import fcntl
+
+    manifests = os.path.join(root, "manifests")
+    names = sorted(os.listdir(manifests), reverse=True,
+                   key=lambda n: os.stat(os.path.join(manifests, n)).st_mtime)
+    for name in names[keep:]:
+        fd = os.open(os.path.join(root, "locks", name), os.O_RDWR | os.O_CREAT,
+                     0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue        # in use
+        shutil.rmtree(os.path.join(root, "trees", name), ignore_errors=True)
+        os.remove(os.path.join(manifests, name))
+        os.close(fd)
+    used = set()
+    for name in os.listdir(manifests):
+        with open(os.path.join(manifests, name)) as f:
+            used.update(json.load(f))
+    now = time.time()
+    objects = os.path.join(root, "objects")
+    for name in os.listdir(objects):
+        path = os.path.join(objects, name)
+        if name not in used and now - os.stat(path).st_ctime > OBJECT_GRACE:
+            os.remove(path)
+
+
+# ---------------------------------------------------------------- the task's environment
+PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)?)?$")
+IMPORTS_TF = re.compile(r"^\s*(import|from)\s+tensorflow(\.|\s|$)", re.M)
+IMPORTS_TFIO = re.compile(r"^\s*(import|from)\s+tensorflow_io(\.|\s|$)", re.M)
+OPTIONS_WITH_VALUE = ("-W", "-X", "-Q")
+# Run by the task's interpreter, in its directory with its environment: argv[1] is a JSON
+# object {"model_dir", "tfio", "tensorboard"}; prints one JSON line. TensorFlow is imported
+# only to open a model_dir that is not a local path through TensorFlow's own filesystem.
+ENVIRONMENT_PROBE = r"""
+import importlib.util, json, shutil, sys
+ask = json.loads(sys.argv[1])
+out = {"tf": None, "tensorboard": None, "model_dir": None}
+spec = importlib.util.find_spec("tensorflow")
+if spec is not None:
+    out["tf"] = "unknown"
+    try:
+        from importlib import metadata
+        for name in ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tf-nightly",
+                     "tensorflow-macos", "intel-tensorflow", "tensorflow-intel"):
+            try:
+                out["tf"] = metadata.version(name)
+                break
+            except metadata.PackageNotFoundError:
+                pass
+    except ImportError:
+        pass
+if ask.get("tensorboard"):
+    out["tensorboard"] = bool(importlib.util.find_spec("tensorboard") or
+                              shutil.which("tensorboard"))
+if ask.get("model_dir") and spec is not None:
+    try:
+        import tensorflow as tf
+        if ask.get("tfio"):
+            import tensorflow_io
+        url = ask["model_dir"].rstrip("/")
+        tf.io.gfile.exists(url) or tf.io.gfile.exists(url.rsplit("/", 1)[0] + "/")
+    except Exception as e:
+        out["model_dir"] = type(e).__name__ + ": " + " ".join(str(e).split())[:300]
+print(json.dumps(out))
+"""
+
+
+def entry_script(argv):
+    """The script a Python command line runs (``python -u train.py``: train.py), or None
+    (``-m``, ``-c``, no argument, or not a Python interpreter)."""
+    if not argv or not PYTHON_NAME.match(os.path.basename(argv[0])):
+        return None
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg in ("-m", "-c", "-") or arg.startswith(("-m", "-c")):
+            return None
+        if arg in OPTIONS_WITH_VALUE:
+            i += 2
+            continue
+        if not arg.startswith("-"):
+            return arg
+        i += 1
+    return None
+
+
+def environment_problems(item, cwd, path):
+    """What of the task's environment keeps it from running here, and the TensorFlow its
+    interpreter has (None when the task's script does not import it): its entry script
+    exists; when that script imports TensorFlow, the interpreter finds it; a model_dir that
+    is not a local path opens through TensorFlow's own filesystem; tensorboard is there
+    where the spec asks for it."""
+    argv = item.get("argv") or [item["program"]]
+    script = entry_script(argv)
+    problems: list = []
+    source = ""
+    if script is not None:
+        full = os.path.join(cwd, os.path.expanduser(script))
+        if not os.path.isfile(full):
+            where = "" if os.path.isabs(script) else " in " + cwd + " (the task's workdir)"
+            return ["script " + shown(script) + " not found" + where +
+                    (item.get("hint") or "")], None
+        try:
+            with open(full, "rb") as f:
+                source = f.read(1 << 20).decode("utf-8", "replace")
+        except OSError as e:
+            return ["script " + shown(script) + " cannot be read: " + str(e.strerror)], None
+    imports_tf = bool(IMPORTS_TF.search(source))
+    model_dir = item.get("model_dir") if imports_tf else None
+    if not (imports_tf or item.get("tensorboard")):
+        return problems, None
+    ask = {"model_dir": model_dir, "tfio": bool(IMPORTS_TFIO.search(source)),
+           "tensorboard": bool(item.get("tensorboard"))}
+    python = shutil.which(argv[0], path=path) if "/" not in argv[0] else \
+        os.path.join(cwd, argv[0])
+    if not PYTHON_NAME.match(os.path.basename(argv[0])):
+        python = shutil.which("python3", path=path) or "python3"
+    found = _ask_interpreter(python, ask, item.get("env") or {}, cwd)
+    if "error" in found:
+        return [shown(argv[0]) + " cannot answer the environment check: " +
+                found["error"]], None
+    if imports_tf and found.get("tf") is None:
+        problems.append(shown(python) + " cannot import tensorflow (the entry script " +
+                        shown(script or "") + " imports it): install TensorFlow for that " +
+                        "interpreter, or give the task one that has it")
+    if model_dir and found.get("model_dir"):
+        problems.append("model_dir " + shown(model_dir) + ": TensorFlow " +
+                        str(found.get("tf")) + " of " + shown(python) + " cannot open it (" +
+                        found["model_dir"] + ")" + _filesystem_hint(model_dir))
+    if item.get("tensorboard") and not found.get("tensorboard"):
+        problems.append("no tensorboard for " + shown(python) + " (the spec asks for "
+                        "TensorBoard): pip install tensorboard into that environment")
+    return problems, found.get("tf") if imports_tf else None
+
+
+def _filesystem_hint(url):
+    scheme = url.split("://", 1)[0]
+    if scheme == "gs":
+        return "; TensorFlow 2.20 and later need tensorflow-io-gcs-filesystem for gs://"
+    if scheme in ("s3", "hdfs"):
+        return "; pip install tensorflow-io and import tensorflow_io in the script"
+    return ""
+
+
+_ASKED: dict = {}
+
+
+def _ask_interpreter(python, ask, env, cwd):
+    """ENVIRONMENT_PROBE's answer from ``python`` (once per interpreter, environment and
+    question on this host)."""
+    key = json.dumps([python, ask, env, cwd], sort_keys=True)
+    if key not in _ASKED:
+        full = dict(os.environ)
+        full.update(env)
+        full.pop("TF_CONFIG", None)
+        try:
+            done = subprocess.run([python, "-c", ENVIRONMENT_PROBE, json.dumps(ask)], env=full,
+                                  cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, timeout=120)
+            lines = done.stdout.decode("utf-8", "replace").strip().splitlines()
+            _ASKED[key] = json.loads(lines[-1]) if lines and lines[-1].startswith("{") \
+                else {"error": "exit status " + str(done.returncode) + ": " +
+                      (lines[-1] if lines else "no output")}
+        except (OSError, subprocess.TimeoutExpired, ValueError) as e:
+            _ASKED[key] = {"error": str(e)}
+    return _ASKED[key]
 
 
 def probe(nonce, desc):
@@ -488,7 +836,7 @@ def main():
         if line.startswith("{"):
             desc = json.loads(line)
             if "check" in desc:
-                check(desc["nonce"], desc["check"], desc.get("gpu_query"))
+                checked(desc)
             elif "probe" in desc:      # beside the others: signals wait for none
                 prober = threading.Thread(target=probe, args=(desc["nonce"], desc["probe"]))
                 prober.daemon = True
@@ -513,6 +861,7 @@ def main():
 
 
 def finish(code):
+    drop_scratch()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -14,6 +14,7 @@ and checked in parallel, HOST_POOL at a time.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import itertools
 import json
@@ -36,7 +37,7 @@ from typing import IO, Any, cast
 import psutil
 
 from launcher import gpus
-from launcher.backends import remote_bootstrap
+from launcher.backends import remote_bootstrap, workdir_sync
 from launcher.backends.base import Backend, ProbeResult, RelayedOutput, TaskHandle
 from launcher.backends.options import option
 from launcher.backends.options import parse as parse_section
@@ -104,6 +105,13 @@ class SSHOptions:
                                      doc="more OpenSSH options (-o NAME=VALUE)")
     python: str | None = option(None, "str", doc="the remote bootstrap's interpreter")
     multiplex: bool = option(True, "bool", doc="a master connection (ControlMaster) per host")
+    sync: bool | str = option(
+        False, "choice", choices=(False, True, "force"), message='must be true, false or "force"',
+        doc="copy the workdir to every host before any task starts (\"force\": above the "
+            "size limit too)")
+    sync_dir: str = option("~/.cache/tfcluster/sync", "str",
+                           doc="where each host keeps the copies (relative: to the login "
+                               "directory)")
 
 
 
@@ -461,6 +469,12 @@ class SSHBackend(Backend):
         self._heart: threading.Thread | None = None
         self._closed = threading.Event()
         self._lock = threading.Lock()
+        self._copy: workdir_sync.Manifest | None = None   # ssh.sync: the workdir's manifest
+        self._roots: dict[str, str] = {}                  # host -> its copy's root
+        self.sent: dict[str, int] = {}                    # host -> bytes of files sent
+        self.found_tensorflow: dict[str, dict[str, str]] = {}  # host -> task -> version
+        self._tf_model_dir: str | None = None
+        self._board_task: TaskPlan | None = None
 
     # ------------------------------------------------------------------ ssh command lines
     def ssh_argv(self, host: str, command: str | None = None, master_path: str | None = None,
@@ -525,6 +539,11 @@ class SSHBackend(Backend):
         host's storage probes and every task of the host."""
         self.timeouts = dict(plan.timeouts)
         self._check_local_files()
+        self.preflight_notes = []
+        self._tf_model_dir = plan.model_dir if _remote_url(plan.model_dir) else None
+        self._board_task = _primary(plan) if plan.tensorboard is not None else None
+        if self.options.sync:
+            self._prepare_copy(plan)
         hosts: dict[str, list[TaskPlan]] = {}
         for task in plan.tasks:
             hosts.setdefault(task.host, []).append(task)
@@ -539,6 +558,9 @@ class SSHBackend(Backend):
                      for host, why in failures.items()]
             raise PreflightError(f"ssh preflight failed on {len(failures)} of {len(hosts)} "
                                  f"hosts; nothing was started:\n" + "\n".join(lines))
+        self.preflight_notes += tensorflow_notes(self.found_tensorflow)
+        if self._copy is not None:
+            self.preflight_notes.append(sync_line(self._copy, self.sent))
 
     def _connect(self, host: str, tasks: list[TaskPlan], deadline: float) -> str | None:
         """On a thread of CONNECT_POOL (they live as long as the process: the ssh clients'
@@ -596,17 +618,36 @@ class SSHBackend(Backend):
         return self.options.python or probe_python(task.command)
 
     def _check(self, session: HostSession, tasks: list[TaskPlan], deadline: float) -> str | None:
-        """Why the host failed its check, or None."""
-        items = [{"task": t.name, "program": t.command[0], "cwd": t.cwd,
-                  "path": t.env.get("PATH"), "port": None if t.auto_port else t.port}
-                 for t in tasks]
-        reply = session.ask({"check": items, "gpu_query": gpus.QUERY},
-                            max(1.0, deadline - time.monotonic()))
-        answer, other = reply
+        """Why the host failed its check, or None. With ssh.sync the check first finds the
+        workdir's copy there (one round trip when the host has it); else the files the host
+        lacks go through the master connection (tar), and the copy is built there before
+        the check runs in it."""
+        items = [self._check_item(t) for t in tasks]
+        message: dict[str, Any] = {"check": items, "gpu_query": gpus.QUERY}
+        copy = self._copy
+        if copy is not None:
+            message["sync"] = {"area": self.options.sync_dir, "tree": copy.tree,
+                               "objects": list(copy.sizes)}
+        answer, other = session.ask(message, max(1.0, deadline - time.monotonic()))
+        if answer is not None and copy is not None and not (answer.get("sync") or {}).get("root"):
+            why = self._send_copy(session, copy, answer["sync"], tasks[0].host)
+            if why:
+                return why
+            message = {"check": items, "gpu_query": gpus.QUERY, "install": {
+                "area": self.options.sync_dir, "tree": copy.tree, "entries": copy.entries,
+                "incoming": answer["sync"]["incoming"]}}
+            answer, other = session.ask(message, max(30.0, deadline - time.monotonic()))
+            if answer is not None and not (answer.get("sync") or {}).get("root"):
+                return (f"ssh.sync: {answer['sync'].get('problem')}; nothing of the copy is "
+                        "used")
         if answer is not None:
             with self._lock:
                 self._gpu_answers = {**(self._gpu_answers or {}), tasks[0].host:
                                      answer.get("gpus")}
+                self.found_tensorflow[tasks[0].host] = answer.get("tensorflow") or {}
+                if copy is not None:
+                    self._roots[tasks[0].host] = answer["sync"]["root"]
+                    self.sent.setdefault(tasks[0].host, 0)
             return "; ".join(answer["problems"]) or None
         if session.timed_out:
             return "no answer to the check in time (timeouts.start)"
@@ -628,6 +669,96 @@ class SSHBackend(Backend):
         return (f"the check did not run (exit status {status}): "
                 f"{lines[-1] if lines else 'no output'}")
 
+    def _check_item(self, task: TaskPlan) -> dict[str, Any]:
+        """What the host checks of ``task``: its directory, program, spec port, and its
+        environment (remote_bootstrap.environment_problems)."""
+        item: dict[str, Any] = {
+            "task": task.name, "program": task.command[0], "cwd": task.cwd,
+            "path": task.env.get("PATH"), "port": None if task.auto_port else task.port,
+            "argv": task.command, "env": {k: v for k, v in task.env.items()
+                                          if k != "TF_CONFIG"},
+            "model_dir": self._tf_model_dir, "tensorboard": task is self._board_task,
+            "hint": ' (ssh.sync copies the workdir to every host: "ssh": {"sync": true})'}
+        if self._copy is not None:
+            item.update(cwd=None, in_tree=self._in_tree(task), hint=(
+                " (ssh.sync copied the workdir there: is it left out by "
+                f"{workdir_sync.IGNORE_FILE}, or outside the workdir?)"))
+        return item
+
+    def _in_tree(self, task: TaskPlan) -> str:
+        """``task``'s working directory relative to the synced workdir."""
+        assert self._copy is not None
+        local = os.path.abspath(task.cwd or self._copy.root)
+        return os.path.relpath(local, self._copy.root)
+
+    def remote_cwd(self, task: TaskPlan) -> str | None:
+        """Where ``task`` runs on its host: in the host's copy with ssh.sync, else its cwd."""
+        root = self._roots.get(task.host)
+        if self._copy is None or root is None:
+            return task.cwd
+        return os.path.normpath(os.path.join(root, self._in_tree(task)))
+
+    def _prepare_copy(self, plan: JobPlan) -> None:
+        """ssh.sync: the workdir's manifest (PreflightError: missing, unreadable, a symlink
+        out of it, too large); each task's directory must lie inside it."""
+        root = os.path.abspath(plan.workdir or os.getcwd())
+        leave_out = tuple(p for p in (plan.run_dir, _local_path(plan.storage.url)) if p)
+        copy = workdir_sync.manifest(root, leave_out)
+        note = workdir_sync.size_check(copy, force=self.options.sync == "force")
+        if note:
+            self.preflight_notes.append(note)
+        for task in plan.tasks:
+            if task.cwd and not workdir_sync.inside(root, os.path.abspath(task.cwd)):
+                raise PreflightError(f"{task.name}: workdir {task.cwd} lies outside the "
+                                     f"workdir {root} that ssh.sync copies")
+        self._copy = copy
+
+    def _send_copy(self, session: HostSession, copy: workdir_sync.Manifest, state: dict,
+                   host: str) -> str | None:
+        """The files ``host`` lacks, as a tar stream through its master connection into the
+        scratch folder its bootstrap named; why that failed, or None."""
+        if "problem" in state:
+            return f"ssh.sync: {state['problem']}; nothing of the copy is used"
+        incoming = str(state["incoming"])
+        missing = list(state.get("missing") or [])
+        need = sum(copy.sizes[d] for d in missing)
+        if need > int(state.get("free", need)):
+            return (f"ssh.sync: no room for the copy in {self.options.sync_dir} on this host "
+                    f"({workdir_sync.human(int(state['free']))} free, the files it lacks "
+                    f"are {workdir_sync.human(need)}); nothing was copied")
+        with self._lock:
+            master = self._masters.get(host)
+            argv = self.ssh_argv(host, f"exec tar -x -f - -C {shlex.quote(incoming)}",
+                                 mux=master is not None and master.ready)
+        with tempfile.TemporaryFile() as errors:
+            proc = subprocess.Popen(dies_with_parent(argv), stdin=subprocess.PIPE,
+                                    stdout=subprocess.DEVNULL, stderr=errors,
+                                    start_new_session=True)
+            sent = 0
+            try:
+                sent = workdir_sync.write_tar(copy, missing, cast(IO[bytes], proc.stdin))
+            except OSError:
+                pass        # tar ended early: its status and message say why
+            finally:
+                with contextlib.suppress(OSError):
+                    cast(IO[bytes], proc.stdin).close()
+            status = proc.wait()
+            errors.seek(0)
+            said = [ln.strip() for ln in errors.read().decode(errors="replace").splitlines()
+                    if ln.strip()]
+        with self._lock:
+            self.sent[host] = sent
+        if status == 0:
+            return None
+        if status == 127 or any("tar: not found" in ln or "tar: command not found" in ln
+                                for ln in said):
+            return (f"ssh.sync: no tar on this host (needed to copy the workdir into "
+                    f"{self.options.sync_dir}); nothing was copied")
+        detail = next((ln for ln in said if "Exiting with failure" not in ln),
+                      f"exit status {status}")
+        return (f"ssh.sync: copying the workdir into {incoming} failed: {detail}; nothing "
+                f"of the copy is used")
+
     def gpu_machines(self, plan: JobPlan) -> list[gpus.Machine] | None:
         """Each host's GPUs, as its preflight check found them (None before it ran)."""
         if self._gpu_answers is None:
@@ -635,7 +766,7 @@ class SSHBackend(Backend):
         return gpus.machines_by_host(plan, self._gpu_answers)
 
     def _description(self, task: TaskPlan, argv: list[str]) -> dict:
-        return {"task": task.name, "argv": argv, "env": task.env, "cwd": task.cwd,
+        return {"task": task.name, "argv": argv, "env": task.env, "cwd": self.remote_cwd(task),
                 "grace": self.timeouts.get("kill", 5.0), "silence": self.silence}
 
     @property
@@ -684,7 +815,7 @@ class SSHBackend(Backend):
         """In the host's session (no new remote shell; probes there run beside each other
         and the tasks), else in a new session."""
 
-        message = {"probe": {"argv": list(argv), "env": task.env, "cwd": task.cwd,
+        message = {"probe": {"argv": list(argv), "env": task.env, "cwd": self.remote_cwd(task),
                              "timeout": timeout}}
         wait = timeout + self.options.connect_timeout + 10
         with self._lock:
@@ -713,6 +844,11 @@ class SSHBackend(Backend):
         first = {t.host: t for t in reversed(plan.tasks)}
         lines += [f"#   {shlex.join(self.ssh_argv(h, remote_command(self._python(first[h]))))}"
                   for h in hosts]
+        if self.options.sync:
+            root = os.path.abspath(plan.workdir or os.getcwd())
+            lines.append(f"# ssh.sync: {root} is copied to {self.options.sync_dir}/trees/"
+                         "TREE on each host before any task starts (only the files a host "
+                         "lacks, by content hash); the tasks run in that copy")
         if self.options.multiplex:
             master = self.ssh_argv(hosts[0], master_path="CONTROL_DIR/SOCKET")
             lines += ["# one session per host runs all its tasks, through the host's master "
@@ -759,6 +895,45 @@ class SSHBackend(Backend):
         if self._control_dir is not None:
             shutil.rmtree(self._control_dir, ignore_errors=True)
             self._control_dir = None
+
+
+def _remote_url(model_dir: str) -> bool:
+    """A model_dir TensorFlow opens through a filesystem of its own (gs://, s3://...)."""
+    return "://" in model_dir and not model_dir.startswith("file://")
+
+
+def _local_path(url: str) -> str | None:
+    return url.removeprefix("file://") if "://" not in url.removeprefix("file://") else None
+
+
+def _primary(plan: JobPlan) -> TaskPlan | None:
+    """The task TensorBoard runs beside (launcher/tensorboard.py: the chief's host)."""
+    return next((t for t in plan.tasks if t.type in ("chief", "master")), None) or \
+        next((t for t in plan.tasks if t.type == "worker"), None)
+
+
+def tensorflow_notes(found: dict[str, dict[str, str]]) -> list[str]:
+    """One line with the TensorFlow each host's tasks import; which hosts differ."""
+    hosts_of: dict[str, list[str]] = {}
+    for host, versions in found.items():
+        for version in sorted(set(versions.values())):
+            hosts_of.setdefault(version, []).append(host)
+    if not hosts_of:
+        return []
+    if len(hosts_of) == 1:
+        version, hosts = next(iter(hosts_of.items()))
+        return [f"TensorFlow {version} on every host ({len(hosts)})"]
+    parts = [f"{v} on {', '.join(sorted(h))}" for v, h in sorted(hosts_of.items())]
+    return ["TensorFlow differs between hosts: " + "; ".join(parts)]
+
+
+def sync_line(copy: workdir_sync.Manifest, sent: dict[str, int]) -> str:
+    """What ssh.sync did: the workdir's size, and what went to which hosts."""
+    moved = {h: n for h, n in sent.items() if n}
+    what = (f"sent {workdir_sync.human(sum(moved.values()))} to {len(moved)} of {len(sent)} "
+            f"hosts" if moved else f"every host ({len(sent)}) had it already")
+    return (f"ssh.sync: workdir {copy.root} ({len(copy.entries)} entries, "
+            f"{workdir_sync.human(copy.total)}, tree {copy.tree[:12]}): {what}")
 
 
 # Threads that connect to hosts, shared by every run of this process and never ended: the

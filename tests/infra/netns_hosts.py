@@ -19,6 +19,7 @@ import ipaddress
 import json
 import os
 import secrets
+import shlex
 import shutil
 import socket
 import subprocess
@@ -223,7 +224,9 @@ def start_hosts(workdir: str | os.PathLike, count: int = 3,
                 private: dict[int, str] | None = None, timeout: float = 30.0,
                 plain_shell: bool = False) -> NetnsHosts:
     """``count`` hosts h1..hN; ``private`` maps a host number to a directory that gets its own
-    empty tmpfs in that host (a host that does not see the shared files there).
+    empty tmpfs in that host (a host that does not see the shared files there); several
+    directories joined by ``os.pathsep``, each ``DIR=SIZE`` for a tmpfs of that size
+    (``/x/area=2m``: a host whose disk there fills at 2 MB).
     ``plain_shell``: root's ~/.bashrc is empty in the hosts, as on a fresh server (this
     machine's runs pyenv init, ~0.15 s of CPU for every remote command)."""
     if count > 200:
@@ -282,8 +285,10 @@ def _add_host(bed: NetnsHosts, i: int, private_dir: str | None, plain_shell: boo
     bashrc = Path(os.path.expanduser("~root")) / ".bashrc"
     if private_dir or plain_shell:
         unshare.append("--mount")
-    if private_dir:
-        script += 'mount -t tmpfs tfcluster-private "$2" || exit 1; '
+    for folder in private_dir.split(os.pathsep) if private_dir else ():
+        where, _, size = folder.partition("=")
+        options = f"-o size={shlex.quote(size)} " if size else ""
+        script += f"mount -t tmpfs {options}tfcluster-private {shlex.quote(where)} || exit 1; "
     if plain_shell and bashrc.exists():
         (bed.workdir / "empty_bashrc").write_text("")
         script += 'mount --bind "$5" "$6" || exit 1; '
