@@ -88,7 +88,7 @@ class LocalBackend(Backend):
         machine (``--local`` maps other hosts here on purpose), and a port the spec gives
         explicitly is free here."""
         check_hosts_are_local(self._hosts)
-        check_local_programs(plan.tasks)
+        check_local_programs(plan.tasks, plan)
         for task in plan.tasks:
             if not task.auto_port and port_taken(task.port):
                 raise PreflightError(f"{task.name}: port {task.port} is already in use on "

@@ -45,6 +45,7 @@ from launcher.backends.processes import dies_with_parent
 from launcher.checks import expect_str
 from launcher.errors import PreflightError, SpecError
 from launcher.plan import JobPlan, TaskPlan
+from launcher.preflight.environment import check_item
 from launcher.preflight.storage_check import probe_python
 
 # OpenSSH options the backend sets itself or that have their own key in the ssh section.
@@ -473,8 +474,7 @@ class SSHBackend(Backend):
         self._roots: dict[str, str] = {}                  # host -> its copy's root
         self.sent: dict[str, int] = {}                    # host -> bytes of files sent
         self.found_tensorflow: dict[str, dict[str, str]] = {}  # host -> task -> version
-        self._tf_model_dir: str | None = None
-        self._board_task: TaskPlan | None = None
+        self._plan: JobPlan | None = None
 
     # ------------------------------------------------------------------ ssh command lines
     def ssh_argv(self, host: str, command: str | None = None, master_path: str | None = None,
@@ -540,8 +540,7 @@ class SSHBackend(Backend):
         self.timeouts = dict(plan.timeouts)
         self._check_local_files()
         self.preflight_notes = []
-        self._tf_model_dir = plan.model_dir if _remote_url(plan.model_dir) else None
-        self._board_task = _primary(plan) if plan.tensorboard is not None else None
+        self._plan = plan
         if self.options.sync:
             self._prepare_copy(plan)
         hosts: dict[str, list[TaskPlan]] = {}
@@ -670,15 +669,10 @@ class SSHBackend(Backend):
                 f"{lines[-1] if lines else 'no output'}")
 
     def _check_item(self, task: TaskPlan) -> dict[str, Any]:
-        """What the host checks of ``task``: its directory, program, spec port, and its
-        environment (remote_bootstrap.environment_problems)."""
-        item: dict[str, Any] = {
-            "task": task.name, "program": task.command[0], "cwd": task.cwd,
-            "path": task.env.get("PATH"), "port": None if task.auto_port else task.port,
-            "argv": task.command, "env": {k: v for k, v in task.env.items()
-                                          if k != "TF_CONFIG"},
-            "model_dir": self._tf_model_dir, "tensorboard": task is self._board_task,
-            "hint": ' (ssh.sync copies the workdir to every host: "ssh": {"sync": true})'}
+        """What the host checks of ``task`` (launcher/preflight/environment.py); with
+        ssh.sync, in the host's copy of the workdir."""
+        item = check_item(task, self._plan, ' (ssh.sync copies the workdir to every host: '
+                                            '"ssh": {"sync": true})')
         if self._copy is not None:
             item.update(cwd=None, in_tree=self._in_tree(task), hint=(
                 " (ssh.sync copied the workdir there: is it left out by "
@@ -897,19 +891,8 @@ class SSHBackend(Backend):
             self._control_dir = None
 
 
-def _remote_url(model_dir: str) -> bool:
-    """A model_dir TensorFlow opens through a filesystem of its own (gs://, s3://...)."""
-    return "://" in model_dir and not model_dir.startswith("file://")
-
-
 def _local_path(url: str) -> str | None:
     return url.removeprefix("file://") if "://" not in url.removeprefix("file://") else None
-
-
-def _primary(plan: JobPlan) -> TaskPlan | None:
-    """The task TensorBoard runs beside (launcher/tensorboard.py: the chief's host)."""
-    return next((t for t in plan.tasks if t.type in ("chief", "master")), None) or \
-        next((t for t in plan.tasks if t.type == "worker"), None)
 
 
 def tensorflow_notes(found: dict[str, dict[str, str]]) -> list[str]:

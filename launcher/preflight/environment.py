@@ -9,7 +9,7 @@ import importlib.util
 import os
 import tempfile
 
-from launcher.backends.remote_bootstrap import program_problem, shown
+from launcher.backends.remote_bootstrap import environment_problems, program_problem, shown
 from launcher.errors import PreflightError
 
 # protocol: (a module its driver needs, what to install when that module is missing)
@@ -71,16 +71,45 @@ def check_run_dir(path: str) -> None:
                              f"({e.strerror or e})") from None
 
 
-def check_local_programs(tasks) -> None:
+NOT_FOR_THE_CHECK = ("TF_CONFIG", "TFCLUSTER_")    # what differs from task to task
+
+
+def check_item(task, plan, hint: str = "") -> dict:
+    """What the environment check asks of ``task`` where it runs (remote_bootstrap.check):
+    its directory, program, a port the spec gives, and its environment: the entry script,
+    TensorFlow when that script imports it, a model_dir that is not a local path opened
+    through TensorFlow, tensorboard for the chief where the spec asks for it. ``hint``
+    follows a missing script's line."""
+    model_dir = plan.model_dir if "://" in plan.model_dir and \
+        not plan.model_dir.startswith("file://") else None
+    board = plan.tensorboard is not None and task is _primary(plan.tasks)
+    return {"task": task.name, "program": task.command[0], "cwd": task.cwd,
+            "path": task.env.get("PATH"), "port": None if task.auto_port else task.port,
+            "argv": task.command, "model_dir": model_dir, "tensorboard": board, "hint": hint,
+            "env": {k: v for k, v in task.env.items() if not k.startswith(NOT_FOR_THE_CHECK)}}
+
+
+def _primary(tasks):
+    """The task TensorBoard runs beside (launcher/tensorboard.py: the chief's host)."""
+    return next((t for t in tasks if t.type in ("chief", "master")), None) or \
+        next((t for t in tasks if t.type == "worker"), None)
+
+
+def check_local_programs(tasks, plan=None) -> None:
     """Each task's working directory exists and its program can be started here, with the
-    task's PATH. Tasks with the same problem are named together."""
+    task's PATH; with ``plan``, its environment too (``check_item``). Tasks with the same
+    problem are named together."""
     problems: dict[str, list[str]] = {}
     for task in tasks:
+        path = task.env.get("PATH") or os.environ.get("PATH", os.defpath)
         if task.cwd and not os.path.isdir(task.cwd):
             problem = f"working directory {shown(task.cwd)} does not exist"
         else:
-            path = task.env.get("PATH") or os.environ.get("PATH", os.defpath)
             problem = program_problem(task.command[0], task.cwd, path)
+        if problem is None and plan is not None:
+            found, _ = environment_problems(check_item(task, plan), task.cwd or os.getcwd(),
+                                            path)
+            problem = "; ".join(found) or None
         if problem:
             problems.setdefault(problem, []).append(task.name)
     if problems:
@@ -110,8 +139,7 @@ def check_programs_by_probe(plan, backend) -> None:
     timeout = plan.timeouts.get("start", 60.0)
 
     def run(tasks) -> list[str]:
-        items = [{"task": t.name, "program": t.command[0], "cwd": t.cwd,
-                  "path": t.env.get("PATH"), "port": None} for t in tasks]
+        items = [dict(check_item(t, plan), port=None) for t in tasks]
         python = probe_python(tasks[0].command)
         where = dataclasses.replace(tasks[0], cwd=None)     # the check looks at each cwd
         result = backend.probe(where, [python, "-c", code, json.dumps(items)], timeout)
