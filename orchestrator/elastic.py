@@ -74,12 +74,12 @@ def lost_of(task: Task, reason: str, at: float) -> Lost:
 
 
 def lost_line(lost: Lost) -> str:
-    """The console's line when the job goes on without a worker."""
-    line = f"{lost.task} is lost for good: {lost.reason}"
+    """The console's line when the job goes on without a worker (``reason`` names it)."""
+    line = lost.reason
     if lost.shard is not None:
         index, count = lost.shard
         line += (f"; shard {index} of {count} of the training data (its "
-                 f"{INDEX_VAR}) is read by no one from now on")
+                 f"{INDEX_VAR}) is read by no one now")
     return line
 
 

@@ -141,8 +141,8 @@ def closing_lines(result: JobResult, closing: Closing) -> list[str]:
                   for i in result.incidents]
     if result.lost:
         n = len(result.lost)
-        lines.append(f"{n} worker{'s' if n > 1 else ''} lost for good, the job going on "
-                     f"without {'them' if n > 1 else 'it'} (roles.worker.minimum):")
+        lines.append(f"{n} worker{'s' if n > 1 else ''} lost (roles.worker.minimum: the "
+                     f"job went on without {'them' if n > 1 else 'it'}):")
         lines += [lost_row(entry) for entry in result.lost]
     lines += [f"note: {note}" for note in closing.notes]
     return lines + result.unwritten
@@ -151,12 +151,13 @@ def closing_lines(result: JobResult, closing: Closing) -> list[str]:
 def lost_row(entry: dict[str, Any]) -> str:
     """One lost worker in the closing lines: when, why, its unread shard, its return."""
     line = f"  {entry['task']} at {entry['at']:.1f}s: {entry['reason']}"
+    back = entry.get("returned_at")
     if entry.get("shard"):
         index, count = entry["shard"]
-        line += f"; shard {index} of {count} unread from then on"
-    if entry.get("returned_at") is not None:
-        line += f"; its host answered again and it was started again at " \
-                f"{entry['returned_at']:.1f}s"
+        line += f"; shard {index} of {count} unread " + (
+            "from then on" if back is None else "until it was back")
+    if back is not None:
+        line += f"; its host answered again and it was started again at {back:.1f}s"
     return line
 
 
