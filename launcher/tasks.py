@@ -384,6 +384,13 @@ class Tasks:
     def _stop(self, runs: list[TaskRun], reason: str, kill: bool) -> None:
         self.events.write("stopping", tasks=[r.name for r in runs], reason=reason,
                           signal="SIGKILL" if kill else "SIGTERM")
+        self.console.stopping([r.name for r in runs], reason)
+        try:
+            self._signal_and_wait(runs, kill)
+        finally:
+            self.console.stopping([], "")
+
+    def _signal_and_wait(self, runs: list[TaskRun], kill: bool) -> None:
         self._let_exiting_tasks_end(runs)
         for run in runs:
             if run.handle is None or run.handle.poll() is not None:

@@ -102,7 +102,9 @@ class CoordinatorMonitor:
             self.coordinator.note_restart()
         p = self.coordinator.progress()
         self._elsewhere(p, tasks)
-        silent = self.not_answering() if self.not_answering else []
+        stopped = {t.name for t in tasks if t.stopped or not t.alive}
+        silent = [n for n in (self.not_answering() if self.not_answering else [])
+                  if n not in stopped]      # a task the launcher stopped is not "silent"
         state = self.job_state(tasks, now)
         self.console.progress(p, tasks, self._restarts, silent, state)
         self._maybe_print(p, now, silent, state)

@@ -196,11 +196,13 @@ def closing_notes(c: Closing, epochs: int | None, shard_read: bool,
                      f"TrainSpec(max_steps=int(os.environ['TFCLUSTER_MAX_STEPS'])), or run "
                      f"the script with `python -m orchestrator.at_max_steps` ({RECIPE})")
     if epochs is not None and not shard_read:
+        worth = f"{epochs} epoch{'s' if epochs > 1 else ''}' worth" if epochs > 1 \
+            else "one epoch's worth"
         notes.append(f"epochs {epochs} had no effect on the input: no trainer read its "
                      f"shard through orchestrator.sharding or orchestrator.epochs, so each "
-                     f"read all the data and the cluster saw every example more than "
-                     f"{epochs} time{'s' if epochs > 1 else ''} before max_steps "
-                     f"{max_steps} (docs/sharding.md)")
+                     f"read its own full copy of the data; by max_steps {max_steps} the "
+                     f"cluster read {worth} of examples in all, from those copies: some "
+                     f"examples several times, others never (docs/sharding.md)")
     if c.has_evaluator and c.checkpoint is not None and c.evaluation != "evaluated":
         last = (f"its last evaluation was at step {c.evaluated_step}"
                 if c.evaluated_step is not None else "it evaluated nothing")

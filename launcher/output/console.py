@@ -118,6 +118,10 @@ class Console:
         tasks that stopped answering TensorFlow's gRPC; ``state``: what is happening
         (launcher/output/progress.py's JobState)."""
 
+    def stopping(self, names: list[str], reason: str) -> None:
+        """The launcher is stopping ``names`` (for ``reason``; none: done): the live view
+        says so instead of a rate and an ETA."""
+
     @property
     def hidden(self) -> int:
         """Lines of TensorFlow's routine output not printed (they are in the logs)."""

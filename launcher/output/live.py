@@ -40,6 +40,8 @@ class LiveConsole(Console):
         self._began = time.monotonic()
         self._drawing = False
         self._closed = False
+        self._stopping: tuple[list[str], str] = ([], "")   # tasks being stopped, and why
+        self._stopped: set[str] = set()     # tasks the launcher stopped (never "silent")
         self._ignored_sigint = ignored_sigint_line()    # said once, when drawing begins
         self.rich = RichConsole(file=file or sys.stderr, highlight=False, soft_wrap=True)
         self.live = Live(get_renderable=self._render, console=self.rich,
@@ -76,9 +78,15 @@ class LiveConsole(Console):
     def progress(self, progress: Any, tasks: list, restarts: int, silent: list | None = None,
                  state: Any = None) -> None:
         self._progress, self._tasks, self._restarts = progress, list(tasks), restarts
+        self._stopped -= {t.name for t in tasks if t.running and not t.stopped and
+                          t.name not in self._stopping[0]}      # started again
         self._state = state
         self._silent = list(silent or [])
         self._draw()
+
+    def stopping(self, names: list[str], reason: str) -> None:
+        self._stopping = (list(names), reason)
+        self._stopped.update(names)
 
     def close(self) -> None:
         super().close()
@@ -104,8 +112,12 @@ class LiveConsole(Console):
         now = time.monotonic()
         output = output_progress(self.steps, p, now, self._began) if p is not None else None
         words = status_words(p, step, total, self._state, output, self.steps.moving_at())
-        if self._silent:
-            words += f" · {', '.join(self._silent)} not answering"
+        stopping, why = self._stopping
+        if stopping:        # no rate nor ETA while the launcher stops tasks
+            words = " · ".join([words.split(" · ")[0], f"stopping {', '.join(stopping)}: {why}"])
+        silent = [n for n in self._silent if n not in self._stopped]
+        if silent:
+            words += f" · {', '.join(silent)} not answering"
         grid.add_row(bar, Text(words))
         if p is not None and p.latest_eval:
             grid.add_row(Text(""), Text(eval_text(p.latest_eval), style="green"))

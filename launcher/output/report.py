@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from launcher.errors import UsageError
 from launcher.output.metrics_table import format_value, metric_columns
 from launcher.runs.registry import read_record
-from orchestrator.metrics_file import MetricsRecord, read_metrics
+from orchestrator.metrics_file import METRICS_FILE, MetricsRecord, read_metrics
 from orchestrator.tfformats import Scalar, scalars_in_dir
 
 PNG_NAME = "report.png"
@@ -282,6 +282,24 @@ def sampled(points: list[Scalar], most: int = 40) -> list[Scalar]:
     return picked + [points[-1]]
 
 
+def exit_words(task: dict) -> str:
+    """A task's end as the console's table says it ("stopped (SIGTERM)", not "-15"):
+    summary.json's words for it (``status``), else its exit status."""
+    return str(task.get("status") or task.get("exit", ""))
+
+
+def no_records(data: RunData) -> str:
+    """What the page says without a fresh evaluation: TensorFlow's own evaluator (eval/)
+    or Keras' validation may still have evaluated (the validation series)."""
+    if data.validation:
+        n = len(data.validation)
+        return (f"No checkpoint was evaluated afresh (no {METRICS_FILE}); the validation "
+                f"series below holds {n} evaluation{'s' if n > 1 else ''} (TensorFlow's "
+                f"evaluator, or Keras' validation), the last at step "
+                f"{data.validation[-1].step}.")
+    return "No checkpoint was evaluated."
+
+
 def render_html(data: RunData, png: bytes | None) -> str:
     """One page, no outside files: the picture (when matplotlib drew one), the latest
     metrics, every evaluated checkpoint, the loss points, and the tasks."""
@@ -293,7 +311,7 @@ def render_html(data: RunData, png: bytes | None) -> str:
     if "duration" in data.summary:
         status += f" after {data.summary['duration']:.1f}s"
     last_loss = f"{data.loss[-1].value:.4f} at step {data.loss[-1].step}" if data.loss else "-"
-    tasks = [[t.get("task", ""), t.get("address", ""), str(t.get("exit", "")),
+    tasks = [[t.get("task", ""), t.get("address", ""), exit_words(t),
               f"{t.get('duration', 0):.1f}s", str(t.get("restarts", 0))]
              for t in data.summary.get("tasks", [])]
     axis = "epoch" if data.per_epoch else "step"
@@ -320,7 +338,7 @@ def render_html(data: RunData, png: bytes | None) -> str:
         "<p>Each row is a checkpoint evaluated afresh by the evaluator (new metric state), "
         "not the running mean a trainer logs.</p>",
         _table(["step", "split", *columns, "checkpoint"], rows) if rows
-        else "<p>No checkpoint was evaluated.</p>",
+        else f"<p>{html.escape(no_records(data))}</p>",
     ]
     parts += [f"<h2>Loss against {axis}</h2>",
               _table([axis, "loss", "series"], loss_rows) if loss_rows

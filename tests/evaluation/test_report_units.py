@@ -64,3 +64,22 @@ def test_evaluate_bad_input_is_one_message_and_exit_2(tmp_path):
         assert done.returncode == 2, (args, done.stderr)
         assert message in done.stderr, (args, done.stderr)
         assert "Traceback" not in done.stderr
+
+
+def test_the_page_says_what_the_console_says():
+    """TensorFlow's own evaluator's results (eval/ events) without a metrics file: the page
+    does not say nothing was evaluated; a task the launcher stopped reads as on the
+    console, not as its raw exit status."""
+    from launcher.output.report import RunData, render_html
+    from orchestrator.tfformats import Scalar
+
+    data = RunData("run", "model", summary={"tasks": [
+        {"task": "ps:0", "exit": -15, "status": "stopped (SIGTERM)", "stopped": True,
+         "duration": 3.0},
+        {"task": "chief:0", "exit": 0, "status": "0", "duration": 3.0}]},
+        validation=[Scalar("loss", 500, 0.6, 1.0), Scalar("loss", 1001, 0.5, 2.0)])
+    page = render_html(data, None)
+    assert "No checkpoint was evaluated." not in page
+    assert "the validation series below holds 2 evaluations (TensorFlow&#x27;s evaluator, or " \
+           "Keras&#x27; validation), the last at step 1001." in page
+    assert "<td>stopped (SIGTERM)</td>" in page and "<td>-15</td>" not in page

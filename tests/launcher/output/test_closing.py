@@ -78,6 +78,12 @@ def test_epochs_without_any_trainer_reading_its_shard(tmp_path):
     reader = model_dir(tmp_path, 300)
     c = final_read(reader, 300, False, epochs=1, trainer_logs=map(str, logs))
     assert len(c.notes) == 1 and c.notes[0].startswith("epochs 1 had no effect on the input")
+    # an asynchronous job whose trainers each read a full copy: one epoch's worth in all,
+    # not "every example more than once"
+    assert "each read its own full copy of the data; by max_steps 300 the cluster read one " \
+           "epoch's worth of examples in all, from those copies: some examples several " \
+           "times, others never" in c.notes[0]
+    assert "more than" not in c.notes[0]
     logs[1].write_text(f"{SHARD_MARK} 1 of 2 (shard_dataset)\n")
     assert final_read(reader, 300, False, epochs=1, trainer_logs=map(str, logs)).notes == []
 

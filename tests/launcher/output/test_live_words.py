@@ -34,3 +34,36 @@ def test_the_live_view_says_what_happens_instead_of_a_stale_rate():
         "step 1008/939 (100%) · training ended; stopping the parameter servers"
     assert status_words(p, 1008, 939, JobState(restarting=("ps:0",))) == \
         "step 1008/939 (100%) · restarting ps:0"
+
+
+def test_while_the_launcher_stops_tasks_the_bar_says_so_and_they_are_not_silent():
+    """Trainers being stopped past max_steps: no 'ETA 4s' left standing, and no 'chief:0 not
+    answering' for the chief the launcher stopped itself."""
+    import io
+    import time
+
+    from rich.console import Console as RichConsole
+
+    from launcher.output.live import LiveConsole
+
+    live = LiveConsole(file=io.StringIO())
+    p = Progress(max_steps=8000, events_step=7666, steps_per_sec=80.0, eta_secs=4.0,
+                 step_at=time.monotonic())
+    tasks = [TaskState("chief:0", "chief", running=True), TaskState("ps:0", "ps", running=True)]
+    live.progress(p, tasks, 0, silent=[])
+    live.stopping(["chief:0"], "past max_steps 8000")
+    live.progress(p, tasks, 0, silent=["chief:0"])
+
+    def shown() -> str:
+        screen = io.StringIO()
+        RichConsole(file=screen, width=200).print(live._render())
+        return screen.getvalue()
+    during = shown()
+    assert "step 7666/8000 (95%) · stopping chief:0: past max_steps 8000" in during
+    assert "ETA" not in during and "not answering" not in during
+    live.stopping([], "")
+    after = [TaskState("chief:0", "chief", alive=False, exit_status="stopped (SIGTERM)",
+                       stopped=True), TaskState("ps:0", "ps", running=True)]
+    live.progress(p, after, 0, silent=["chief:0", "ps:0"])
+    assert "ps:0 not answering" in shown() and "chief:0 not answering" not in shown()
+    live.close()
