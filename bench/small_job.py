@@ -79,9 +79,12 @@ for path, attr, label in json.loads(sys.argv[4]):
         owner = getattr(owner, cls, None)
     if owner is not None:
         wrap(owner, attr, label)
-status = cli.main(sys.argv[5:])
+t_patched = time.monotonic()
+sys.argv = ["launch", *sys.argv[5:]]
+status = cli.main()       # as the `launch` script calls it
 t_end = time.monotonic()
 json.dump({"first": t_first - t0, "imported": t_imported - t0, "end": t_end - t0,
+           "patched": t_patched - t0,
            "spans": spans}, open(out, "w"))
 sys.exit(status)
 """
@@ -200,7 +203,9 @@ def one_phases(tree: Path) -> dict[str, float]:
         starts = [float(p.read_text()) - up0 for p in (work / "stamps").glob("*.s")]
         ends = [float(p.read_text()) - up0 for p in (work / "stamps").glob("*.e")]
     phases: dict[str, float] = {"interpreter start": doc["first"],
-                                "imports (launcher.cli)": doc["imported"] - doc["first"]}
+                                "imports (launcher.cli)": doc["imported"] - doc["first"],
+                                "imports (the modules of the phases below)":
+                                    doc.get("patched", doc["imported"]) - doc["imported"]}
     job = [s for s in doc["spans"] if s[0] == "job loop"]
     inner = ("monitors built", "tasks' start (queued)", "job loop")
     for label, begin, end in doc["spans"]:
@@ -218,9 +223,19 @@ def one_phases(tree: Path) -> dict[str, float]:
             phases["(inside: monitors built)"] = built[0][2] - built[0][1]
     phases["after the job (to the harness's return)"] = doc["end"] - max(
         s[2] for s in doc["spans"])
+    top = [(b, e) for label, b, e in doc["spans"]
+           if label not in inner[:2] and not (job and b >= job[0][1] and e <= job[0][2])]
+    phases["other (the main thread between these)"] = doc["end"] - doc.get(
+        "patched", doc["imported"]) - sum(e - b for b, e in _outermost(top))
     phases["interpreter exit"] = t_exit - doc["end"]
     phases["total (exec to exit)"] = t_exit
     return phases
+
+
+def _outermost(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The spans not inside another (a phase's function calling another's)."""
+    return [(b, e) for b, e in spans
+            if not any(ob <= b and e <= oe and (ob, oe) != (b, e) for ob, oe in spans)]
 
 
 def phases_part(kinds: dict[str, Path], rounds: int) -> None:

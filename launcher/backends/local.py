@@ -86,7 +86,8 @@ class LocalBackend(Backend):
     def preflight(self, plan: JobPlan) -> None:
         """Before anything starts: a spec written for the local backend names only this
         machine (``--local`` maps other hosts here on purpose), and a port the spec gives
-        explicitly is free here."""
+        explicitly is free here. The tasks' watchdog starts here: its interpreter starts
+        while the launcher goes on."""
         check_hosts_are_local(self._hosts)
         check_local_programs(plan.tasks, plan)
         for task in plan.tasks:
@@ -94,6 +95,14 @@ class LocalBackend(Backend):
                 raise PreflightError(f"{task.name}: port {task.port} is already in use on "
                                      "this machine (pick another port in the spec, or leave "
                                      "the port out to get a free one)")
+        self._watch()       # its Python starts while the launcher takes the lease, writes state
+
+    def _watch(self) -> Watchdog:
+        """The watchdog of this run's tasks, started once."""
+        with self._lock:
+            if self._watchdog is None:
+                self._watchdog = Watchdog()
+            return self._watchdog
 
     def place(self, role: str, index: int, address: Address) -> Address:
         return dataclasses.replace(address, host=LOCALHOST)
@@ -114,9 +123,7 @@ class LocalBackend(Backend):
         return ProbeResult(done.returncode, done.stdout.decode(errors="replace"))
 
     def start(self, task: TaskPlan) -> TaskHandle:
-        with self._lock:
-            if self._watchdog is None:
-                self._watchdog = Watchdog()
+        watchdog = self._watch()
         env = task_environ(task)
         try:
             proc = subprocess.Popen(
@@ -127,7 +134,7 @@ class LocalBackend(Backend):
         except OSError as e:        # the kernel refused the command (the pipe is closed)
             line = start_failure_line(task.name, task.command, e, task.cwd, env.get("PATH"))
             return NotStarted(task, line, refused_status(e))
-        handle = ProcessHandle(task, proc, self._watchdog)
+        handle = ProcessHandle(task, proc, watchdog)
         if handle.output is not None:       # setpriv's words when the task's exec failed
 
             def refusal(program: str, reason: str) -> str:
