@@ -435,8 +435,9 @@ def _hold(root, tree):
 
 
 def sync_state(desc):
-    """``{"area", "tree", "objects"}``: the tree's root when it is here (held from now
-    on), else the objects missing and the folder their tar goes into."""
+    """``{"area", "tree", "objects"}``: the tree's root when it is here, else the objects
+    missing and the folder their tar goes into. The tree is held from now on (its lock
+    taken before it is looked for: a collection cannot remove it in between)."""
     root = sync_area(desc["area"])
     _sweep_scratch(root)
     tree = desc["tree"]
@@ -506,7 +507,6 @@ def sync_install(desc):
         return {"problem": "cannot build the copy in " + root + ": " + _os_problem(e)}
     finally:
         drop_scratch()
-    _hold(root, tree)
     collect(root)
     return {"root": os.path.join(root, "trees", tree)}
 
