@@ -72,6 +72,17 @@ MAX_OBJECT_BYTES = 1_572_864
 LAST_APPLIED_BYTES = 262_144
 
 
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# pod_group -> (PodGroup apiVersion, the resource kubectl deletes, the scheduler's name, how
+# a pod names its group: "label" or "annotation" and the key)
+POD_GROUPS = {
+    "volcano": ("scheduling.volcano.sh/v1beta1", "podgroups.scheduling.volcano.sh", "volcano",
+                ("annotation", "scheduling.k8s.io/group-name")),
+    "coscheduling": ("scheduling.x-k8s.io/v1alpha1", "podgroups.scheduling.x-k8s.io",
+                     "scheduler-plugins-scheduler", ("label", "scheduling.x-k8s.io/pod-group")),
+}
+
+
 def _no_spaces(value: str, where: str) -> str:
     if any(c.isspace() for c in value):
         raise SpecError(where, f"{value!r} must not contain spaces")
@@ -111,6 +122,15 @@ class KubernetesOptions:
     image_pull_secrets: list[str] = option([], "names", check=_object_names)
     env_from_secrets: list[str] = option([], "names", check=_object_names)
     ttl_seconds_after_finished: int = option(3600, "int", minimum=0)
+    queue: str | None = option(None, "str", check=_dns_label,
+                               doc="Kueue's LocalQueue: the kueue.x-k8s.io/queue-name label; "
+                                   "the job is created suspended and Kueue starts it once "
+                                   "admitted")
+    priority_class: str | None = option(None, "str", check=_dns_label,
+                                        doc="every pod's PriorityClass (priorityClassName)")
+    pod_group: str | None = option(None, "choice", choices=(None, *POD_GROUPS),
+                                   doc="gang scheduling: a PodGroup of every task for "
+                                       "volcano or coscheduling (scheduler-plugins)")
 
 
 
@@ -211,6 +231,9 @@ class KubernetesBackend(Backend):
             for role in self.roles():
                 out.append(self._service(role))
                 out.append(self._indexed_job(plan, role, redact))
+        out = [self._queued(obj) for obj in out]
+        if self.options.pod_group and self.options.mode != "tfjob":
+            out.insert(0, self._pod_group(plan))
         for obj in out:
             size = object_bytes(obj)
             if size > MAX_OBJECT_BYTES:
@@ -316,6 +339,10 @@ class KubernetesBackend(Backend):
             spec["nodeSelector"] = dict(o.node_selector)
         if o.image_pull_secrets:
             spec["imagePullSecrets"] = [{"name": s} for s in o.image_pull_secrets]
+        if o.priority_class:
+            spec["priorityClassName"] = o.priority_class
+        if o.pod_group:
+            spec["schedulerName"] = POD_GROUPS[o.pod_group][2]
         return spec
 
     def _tfjob(self, plan: JobPlan, redact: bool) -> dict:
@@ -324,7 +351,7 @@ class KubernetesBackend(Backend):
             replicas[REPLICA_TYPES[role]] = {
                 "replicas": count,
                 "restartPolicy": "Never",
-                "template": {"metadata": {"labels": self._labels(role, plan.run_id)},
+                "template": {"metadata": self._template_meta(role, plan.run_id),
                              "spec": self._pod_spec(plan, role, redact)},
             }
         return {
@@ -335,11 +362,25 @@ class KubernetesBackend(Backend):
                 # the job succeeds when the chief (else worker 0) does; then every pod still
                 # running (the ps, which never exit on their own) is deleted
                 "successPolicy": "",
-                "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": 0,
-                              "ttlSecondsAfterFinished": self.options.ttl_seconds_after_finished},
+                "runPolicy": self._run_policy(plan),
                 "tfReplicaSpecs": replicas,
             },
         }
+
+    def _run_policy(self, plan: JobPlan) -> dict:
+        """A TFJob's runPolicy; with a pod_group or priority_class, its schedulingPolicy
+        (the training operator makes the PodGroup itself when run with gang scheduling)."""
+        o = self.options
+        policy: dict[str, Any] = {"cleanPodPolicy": "Running", "backoffLimit": 0,
+                                  "ttlSecondsAfterFinished": o.ttl_seconds_after_finished}
+        scheduling: dict[str, Any] = {}
+        if o.pod_group:
+            scheduling["minAvailable"] = len(plan.tasks)
+        if o.priority_class:
+            scheduling["priorityClass"] = o.priority_class
+        if scheduling:
+            policy["schedulingPolicy"] = scheduling
+        return policy
 
     def _jobset(self, plan: JobPlan, redact: bool) -> dict:
         roles = self.roles()
@@ -352,7 +393,7 @@ class KubernetesBackend(Backend):
                 role != "ps" else 0
             job_spec: dict[str, Any] = {
                 "completionMode": "Indexed", "completions": count, "parallelism": count,
-                "template": {"metadata": {"labels": self._labels(role, plan.run_id)},
+                "template": {"metadata": self._template_meta(role, plan.run_id),
                              "spec": pod}}
             if per_index:   # a failed task alone is started again, up to max_restarts
                 job_spec["backoffLimitPerIndex"] = per_index
@@ -390,6 +431,39 @@ class KubernetesBackend(Backend):
         rules.append({"name": "anyOtherFailureFailsTheJob", "action": "FailJobSet"})
         return {"maxRestarts": ps_restarts, "restartStrategy": "Recreate", "rules": rules}
 
+    def _queued(self, obj: dict) -> dict:
+        """With kubernetes.queue, a workload as Kueue expects it: its LocalQueue's label,
+        and created suspended (Kueue unsuspends it once admitted)."""
+        queue = self.options.queue
+        if queue is None or obj["kind"] == "Service":
+            return obj
+        obj["metadata"]["labels"][QUEUE_LABEL] = queue
+        if obj["kind"] == "TFJob":
+            obj["spec"]["runPolicy"]["suspend"] = True
+        else:
+            obj["spec"] = {"suspend": True, **obj["spec"]}
+        return obj
+
+    def _pod_group(self, plan: JobPlan) -> dict:
+        """One PodGroup of every task: the gang scheduler starts all of them or none."""
+        api, _, _, _ = POD_GROUPS[str(self.options.pod_group)]
+        spec: dict[str, Any] = {"minMember": len(plan.tasks)}
+        if self.options.priority_class:
+            spec["priorityClassName"] = self.options.priority_class
+        return {"apiVersion": api, "kind": "PodGroup",
+                "metadata": self._meta(self.job, run_id=plan.run_id), "spec": spec}
+
+    def _template_meta(self, role: str, run_id: str) -> dict:
+        """A pod template's metadata: tfcluster's labels, and its PodGroup's name."""
+        meta: dict[str, Any] = {"labels": self._labels(role, run_id)}
+        if self.options.pod_group and self.options.mode != "tfjob":
+            where, key = POD_GROUPS[self.options.pod_group][3]
+            if where == "label":
+                meta["labels"][key] = self.job
+            else:
+                meta["annotations"] = {key: self.job}
+        return meta
+
     def _service(self, role: str) -> dict:
         """Headless: gives each pod of the role's Job a DNS name, before it is ready too."""
         return {
@@ -414,7 +488,7 @@ class KubernetesBackend(Backend):
             "spec": {"completionMode": "Indexed", "completions": count, "parallelism": count,
                      "backoffLimit": 0,
                      "ttlSecondsAfterFinished": self.options.ttl_seconds_after_finished,
-                     "template": {"metadata": {"labels": self._labels(role, plan.run_id)},
+                     "template": {"metadata": self._template_meta(role, plan.run_id),
                                   "spec": pod}},
         }
 
@@ -500,7 +574,10 @@ class KubernetesBackend(Backend):
         if self.plan is None:
             return {}
         o = self.options
+        also = {"also": [POD_GROUPS[o.pod_group][1]]} if o.pod_group and o.mode != "tfjob" \
+            else {}
         return {"kubernetes": {"kind": KINDS[o.mode], "name": self.job, "namespace": o.namespace,
+                               **also,
                                "run": self._labels(run_id=self.plan.run_id)[f"{LABEL}/run"],
                                "kubectl": o.kubectl, "context": o.context}}
 
@@ -539,9 +616,16 @@ class KubernetesBackend(Backend):
         for handle in self.handles:
             handle.close()
         if self.applied:
-            self.kubectl("delete", KINDS[self.options.mode], "-n", self.options.namespace, "-l",
+            self.kubectl("delete", self._kinds(), "-n", self.options.namespace, "-l",
                          f"{LABEL}/job={self.job}", "--ignore-not-found", "--wait=false")
             self.applied = False
+
+    def _kinds(self) -> str:
+        """What the job's objects are, as ``kubectl delete`` names them."""
+        kinds = KINDS[self.options.mode]
+        if self.options.pod_group and self.options.mode != "tfjob":
+            kinds += "," + POD_GROUPS[self.options.pod_group][1]
+        return kinds
 
 
 class KubernetesHandle(TaskHandle):
@@ -685,6 +769,10 @@ def delete_run(handle: dict, wait: float = 120.0) -> None:
                                           "--ignore-not-found", "--wait=true",
                                           f"--timeout={int(wait)}s"],
                    capture_output=True, text=True, timeout=wait + 30)
+    for kind in handle.get("also") or []:       # a PodGroup
+        subprocess.run(_kubectl_of(handle) + ["delete", kind, handle["name"], *ns,
+                                              "--ignore-not-found"],
+                       capture_output=True, text=True, timeout=wait + 30)
     subprocess.run(_kubectl_of(handle) + ["wait", "--for=delete", "pods", *ns, "-l",
                                           f"{LABEL}/run={handle['run']}",
                                           f"--timeout={int(wait)}s"],
