@@ -32,8 +32,8 @@ from infra.netns_hosts import missing_prerequisites, netns_hosts  # noqa: E402
 
 from launcher.api import validate  # noqa: E402
 from launcher.backends.ssh import SSHBackend  # noqa: E402
+from launcher.backends.storage_check import check_shared_storage  # noqa: E402
 from launcher.plan import build_plan  # noqa: E402
-from launcher.preflight.storage_check import check_shared_storage  # noqa: E402
 
 TASK = "import time; print('ready', flush=True); time.sleep(120)"
 

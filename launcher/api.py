@@ -25,17 +25,18 @@ if TYPE_CHECKING:
     from launcher.backends.base import Backend
     from launcher.ending import JobResult
     from launcher.job import Job
-    from launcher.lease import Holder, Lease
     from launcher.monitors import Watch
     from launcher.output.console import Console
     from launcher.plan import JobPlan
-    from launcher.runs.registry import RunLog, RunState
+    from launcher.records.lease import Holder, Lease
+    from launcher.records.registry import RunLog, RunState
+    from launcher.records.unwritten import Unwritten
     from launcher.spec import Spec
-    from launcher.unwritten import Unwritten
     from orchestrator.coordinator import Coordinator, Progress
 
     SpecLike = Union[str, "os.PathLike[str]", dict[str, Any], Spec]
 
+from launcher.backends import engine_holds
 from launcher.errors import LauncherFailed, SpecError, Terminated, UsageError
 
 MAX_PORT_RETRIES = 3
@@ -201,8 +202,8 @@ def run(spec: SpecLike, command: list[str] | None = None, *, local: bool = False
 def start(spec: Spec, backend: Backend, command: list[str] | None, options: RunOptions,
           console: Console | None = None) -> RunResult:
     """The checks of the environment, the backend's resources, the plan, then the run."""
-    from launcher.preflight.environment import check_fsspec_driver, check_run_dir
-    from launcher.runs.registry import runs_root
+    from launcher.backends.environment import check_fsspec_driver, check_run_dir
+    from launcher.records.registry import runs_root
 
     command = list(command) if command is not None else None
     check_fsspec_driver(spec.model_dir)
@@ -219,12 +220,12 @@ def start(spec: Spec, backend: Backend, command: list[str] | None, options: RunO
 
 def check_lease(spec: Spec, options: RunOptions) -> None:
     """Refuse at once (exit 2) when a live run holds model_dir's lease: before an
-    allocation is asked for or a daemon started (launcher/lease.py)."""
-    from launcher.lease import check
+    allocation is asked for or a daemon started (launcher/records/lease.py)."""
     from launcher.model_dir import resolve
+    from launcher.records.lease import check
 
     check(resolve(spec.model_dir, spec.workdir, spec.env), getattr(options, "run_id", None),
-          getattr(options, "force", False))
+          getattr(options, "force", False), holds=engine_holds)
 
 
 def make_plan(spec: Spec, backend: Backend, command: list[str] | None,
@@ -258,13 +259,13 @@ def render_dry_run(plan: JobPlan, backend: Backend, as_json: bool = False, extra
     ``every``, or as JSON); above, the first task of each role in full and every task's
     address (docs/console.md)."""
     from launcher.gpus import describe, shown
-    from launcher.lease import dry_run_line
     from launcher.output.grouped import GROUP_ABOVE
+    from launcher.records.lease import dry_run_line
 
     doc = public_plan(plan)
     tasks = doc["tasks"]
     extra = backend.describe(plan) if extra is None else extra
-    lease_line = dry_run_line(plan.storage, plan.run_id)
+    lease_line = dry_run_line(plan.storage, plan.run_id, holds=engine_holds)
     if as_json:
         doc["backend"] = backend.name
         doc["lease"] = lease_line
@@ -309,7 +310,7 @@ def render_dry_run(plan: JobPlan, backend: Backend, as_json: bool = False, extra
 
 
 def default_run_dir(spec: Spec, run_id: str) -> str:
-    from launcher.runs.registry import runs_root
+    from launcher.records.registry import runs_root
 
     return os.path.join(spec.run_dir or runs_root(), run_id)
 
@@ -317,11 +318,11 @@ def default_run_dir(spec: Spec, run_id: str) -> str:
 def execute(spec: Spec, backend: Backend, plan: JobPlan, command: list[str] | None,
             args: RunOptions, on_running: Callable[[dict[str, Any]], None] | None = None,
             console: Console | None = None) -> RunResult:
-    """Run the job attached; its state goes into the run registry (launcher/runs/registry.py);
+    """Run the job attached; its state goes into the run registry (launcher/records/registry.py);
     ``on_running(state)`` is called once every task started. ``args``: RunOptions, or
     launch's argparse namespace."""
     from launcher.output.terminal import make_console
-    from launcher.runs.registry import RunLog, open_state
+    from launcher.records.registry import RunLog, open_state
 
     run_dir = args.run_dir or default_run_dir(spec, plan.run_id)
     os.makedirs(run_dir, exist_ok=True)
@@ -339,7 +340,7 @@ def execute(spec: Spec, backend: Backend, plan: JobPlan, command: list[str] | No
         _release(leases, state, requeued)
         crashed = status == 1 and not isinstance(e, LauncherFailed)
         if crashed:     # the launcher's own bug: one line, the traceback in run_dir
-            from launcher.crash import crash_line, save_traceback
+            from launcher.records.crash import crash_line, save_traceback
 
             reason = crash_line(e, save_traceback(e, run_dir))
         state.finish(status, reason, None, requeued=requeued)
@@ -357,9 +358,9 @@ def execute(spec: Spec, backend: Backend, plan: JobPlan, command: list[str] | No
 
 def _take_lease(plan: JobPlan, backend: Backend, args: RunOptions, run_dir: str,
                 console: Console, events: RunLog, state: RunState) -> Lease:
-    """model_dir's lease for this run, heartbeat running (launcher/lease.py); a run that
+    """model_dir's lease for this run, heartbeat running (launcher/records/lease.py); a run that
     loses it to a --force says so."""
-    from launcher.lease import acquire
+    from launcher.records.lease import acquire
 
     def lost(holder: Holder) -> None:
         console.info(f"the model_dir lease was taken by run {holder.run_id} on {holder.host} "
@@ -367,7 +368,8 @@ def _take_lease(plan: JobPlan, backend: Backend, args: RunOptions, run_dir: str,
         events.write("lease_lost", run_id=holder.run_id, host=holder.host)
 
     lease = acquire(plan.storage, plan.run_id, run_dir, getattr(args, "force", False),
-                    warn=console.info, slurm_job=backend.run_handle().get("slurm_job") or "")
+                    warn=console.info, backend=backend.name, handle=backend.run_handle(),
+                    holds=engine_holds)
     lease.start_heartbeat(on_lost=lost)
     state.update(lease=lease.describe())
     return lease
@@ -423,8 +425,8 @@ def _execute(run: Attached) -> RunResult:
         run.console, run.leases
     from launcher.gpus import place
     from launcher.job import Job, PortConflict
+    from launcher.records.unwritten import Unwritten
     from launcher.tensorboard import with_run
-    from launcher.unwritten import Unwritten
 
     unwritten = Unwritten(console.info)     # what a full or vanished run_dir did not get
     events.on_error = partial(unwritten.failed, "events.jsonl")
@@ -436,7 +438,7 @@ def _execute(run: Attached) -> RunResult:
         for note in backend.preflight_notes:
             console.info(note)
         place(plan, backend.gpu_machines(plan))
-        from launcher.preflight.storage_check import preflight_model_dir
+        from launcher.backends.storage_check import preflight_model_dir
         if preflight_model_dir(plan, backend, args.retrain, console, events):
             return RunResult(0, "model_dir already holds a checkpoint at max_steps", run_dir,
                              run_id=plan.run_id)
@@ -515,7 +517,7 @@ def _close(run: Attached, result: JobResult, job: Job, watch: JobWatch,
         console.info(f"{console.hidden} lines of TensorFlow's routine output (deprecation "
                      "notices, banners, INFO, TensorBoard's routine lines) are only in the "
                      "task logs; --verbose shows them")
-    from launcher.runs.registry import write_json_atomic
+    from launcher.records.registry import write_json_atomic
     try:
         write_json_atomic(os.path.join(run_dir, "summary.json"),
                           summary_doc(result, closing, rows))

@@ -23,13 +23,13 @@ if TYPE_CHECKING:
     from launcher.api import LaunchOptions
 
 SUBCOMMANDS = {
-    "report": "launcher.output.report",
+    "report": "launcher.commands.report",
     "evaluate": "orchestrator.offline_eval",
-    "list": "launcher.runs.commands:list_main",
-    "status": "launcher.runs.commands:status_main",
-    "logs": "launcher.runs.commands:logs_main",
-    "cancel": "launcher.runs.commands:cancel_main",
-    "tensorboard": "launcher.tensorboard:main",
+    "list": "launcher.commands.runs:list_main",
+    "status": "launcher.commands.runs:status_main",
+    "logs": "launcher.commands.runs:logs_main",
+    "cancel": "launcher.commands.runs:cancel_main",
+    "tensorboard": "launcher.commands.tensorboard:main",
 }
 
 
@@ -137,7 +137,7 @@ def _terminate(signum, _frame):
 def _thread_failed(args: threading.ExceptHookArgs) -> None:
     """A launcher thread's own failure (an output pump, a monitor's probe): one line, its
     traceback saved, never a traceback on the console."""
-    from launcher.crash import crash_line, save_traceback
+    from launcher.records.crash import crash_line, save_traceback
 
     if args.exc_value is None or isinstance(args.exc_value, SystemExit):
         return
@@ -179,7 +179,7 @@ def _guard(fn) -> int:
         print(f"launch: {e}", file=sys.stderr)
         return 1
     except Exception as e:      # a bug of the launcher's own: one line, the traceback kept
-        from launcher.crash import crash_line, save_traceback
+        from launcher.records.crash import crash_line, save_traceback
 
         print(f"launch: {crash_line(e, save_traceback(e))}", file=sys.stderr)
         return 1
@@ -193,7 +193,7 @@ def run_cli(argv: list[str]) -> int:
     spec, backend = api.prepare(args.spec, command, local=args.local,
                                 inside_job=args.in_allocation)
     if args.detach and not args.in_allocation:
-        from launcher.runs.detach import detach
+        from launcher.commands.detach import detach
         return detach(spec, backend, command, args)
     if args.dry_run:
         plan = api.make_plan(spec, backend, command, run_id=args.run_id)

@@ -26,7 +26,7 @@ class PreflightError(UsageError):
 
 class LauncherFailed(Exception):
     """The launcher's own failure (a bug, not the job's): the message is the one line to
-    show (launcher/crash.py), the full traceback is saved to a file."""
+    show (launcher/records/crash.py), the full traceback is saved to a file."""
 
 
 class Terminated(Exception):

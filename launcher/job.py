@@ -48,18 +48,18 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
 from launcher.backends.base import Backend
-from launcher.crash import crash_line, save_traceback
 from launcher.ending import JobResult, TrainingView, end_step, own_evaluations
 from launcher.errors import UsageError
-from launcher.events import EventLog
 from launcher.monitors import TURN, tick_every
 from launcher.output.console import Console
+from launcher.output.tracebacks import Excerpt, describe, tail_box
 from launcher.plan import JobPlan, TaskPlan
+from launcher.records.crash import crash_line, save_traceback
+from launcher.records.events import EventLog
+from launcher.records.unwritten import Unwritten
 from launcher.restarts import RestartBook
 from launcher.signals import catch, restore
 from launcher.tasks import TaskRun, Tasks
-from launcher.tracebacks import Excerpt, describe, tail_box
-from launcher.unwritten import Unwritten
 from orchestrator.decisions import CLUSTER, DROP, FAIL, FINISH, IGNORE, LOST, Decision, TaskState
 from orchestrator.elastic import PROBE_TIMEOUT, HostWatch, Lost, fewer_words, lost_line, lost_of
 from orchestrator.roles import TRAINERS, names_text, role_counts

@@ -58,7 +58,7 @@ def signal_name(signum: int) -> str:
 def classify_exit(status: int, tail: Iterable[str] = (), role: str | None = None
                   ) -> tuple[str, str]:
     """(kind, description) of an exit status and the task's last output lines (with the
-    exception line of its log, launcher/tracebacks.py, when it is further up)."""
+    exception line of its log, launcher/output/tracebacks.py, when it is further up)."""
     if status == 0:
         return OK, "exited 0"
     if status < 0:

@@ -27,13 +27,13 @@ from typing import IO, Callable
 
 from launcher.backends.base import Backend, TaskHandle
 from launcher.ending import evaluated_in
-from launcher.events import EventLog
 from launcher.output.console import Console
 from launcher.output.noise import latest_state
 from launcher.output.reader import READER
+from launcher.output.tracebacks import last_exception
 from launcher.plan import TaskPlan
-from launcher.tracebacks import last_exception
-from launcher.unwritten import Unwritten
+from launcher.records.events import EventLog
+from launcher.records.unwritten import Unwritten
 from orchestrator.decisions import TaskState, state_words
 from orchestrator.roles import PRIMARY_ORDER
 

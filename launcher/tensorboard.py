@@ -1,4 +1,5 @@
-"""TensorBoard with the run, and ``launch tensorboard RUN`` for any run.
+"""TensorBoard with the run (``launch tensorboard RUN`` for any run:
+launcher/commands/tensorboard.py).
 
 ``"tensorboard": true`` (or ``{"port": N}``) in the spec starts TensorBoard on model_dir
 once every task runs, on a host that reads model_dir as the tasks do: the chief's host
@@ -13,7 +14,6 @@ else the launcher's own environment's; none: one line saying how to get one.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import re
@@ -52,8 +52,8 @@ sys.exit(NOT_INSTALLED)
 """.replace("NOT_INSTALLED", str(NOT_INSTALLED))
 
 
-def _python_of(command: list[str]) -> str:
-    from launcher.preflight.storage_check import probe_python
+def python_of(command: list[str]) -> str:
+    from launcher.backends.storage_check import probe_python
 
     return probe_python(command)
 
@@ -71,7 +71,7 @@ def board_task(python: str, env: dict[str, str], cwd: str | None, host: str, log
     return TaskPlan(ROLE, 0, host, port, command, env, cwd)
 
 
-def _here(python: str) -> str:
+def here_python(python: str) -> str:
     """The chief's Python on this machine, else the launcher's."""
     import shutil
 
@@ -82,7 +82,7 @@ def logdir_of(task: TaskPlan) -> str:
     return task.command[task.command.index("--logdir") + 1]
 
 
-def _local_logdir(url: str) -> str:
+def local_logdir(url: str) -> str:
     return url[len("file://"):] if url.startswith("file://") else url
 
 
@@ -277,7 +277,7 @@ def with_run(plan: JobPlan, backend: Any, run_dir: str, console: Any,
         return None
     primary = next((t for t in plan.tasks if t.type in ("chief", "master")), None) or \
         next(t for t in plan.tasks if t.type == "worker")
-    python = _python_of(primary.command)
+    python = python_of(primary.command)
     if backend.serves_beside_tasks:
         runner, own, host = backend, False, primary.host
         env, cwd, logdir = primary.env, primary.cwd, plan.model_dir
@@ -285,59 +285,9 @@ def with_run(plan: JobPlan, backend: Any, run_dir: str, console: Any,
         from launcher.backends import backend_class
 
         runner, own, host = backend_class("local")(), True, "localhost"
-        env, cwd, logdir = primary.env, None, _local_logdir(plan.storage.url)
-        python = _here(python)
+        env, cwd, logdir = primary.env, None, local_logdir(plan.storage.url)
+        python = here_python(python)
     port = plan.tensorboard.port or runner.allocate_port(host)
     return TensorBoard(board_task(python, env, cwd, host, logdir, port), runner,
                        os.path.join(run_dir, "logs", "tensorboard.log"), console.info, record,
                        kill_after=plan.timeouts.get("kill", 5.0), own_backend=own)
-
-
-# ---------------------------------------------------------------------- launch tensorboard
-def main(argv: list[str]) -> int:
-    """``launch tensorboard RUN``: serve a run's model_dir here until Ctrl-C."""
-    import json
-
-    from launcher.backends import backend_class
-    from launcher.backends.processes import free_port
-    from launcher.runs.registry import RunError, find_run
-
-    p = argparse.ArgumentParser(
-        prog="launch tensorboard",
-        description="Serve a run's model_dir with TensorBoard on this machine until Ctrl-C: "
-                    "any run, running or finished.")
-    p.add_argument("run", metavar="RUN", help="run id (or a unique prefix), or run directory")
-    p.add_argument("--root", metavar="DIR",
-                   help="the run root (default: $TFCLUSTER_RUNS, else .tfcluster/runs)")
-    p.add_argument("--port", type=int, default=None, help="default: a free port")
-    args = p.parse_args(argv)
-    run_dir = find_run(args.run, args.root)
-    path = os.path.join(run_dir, "plan.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            plan = json.load(f)
-        logdir = _local_logdir(plan["storage"]["url"])
-        primary = next(t for t in plan["tasks"] if t["type"] in ("chief", "master", "worker"))
-    except FileNotFoundError:
-        raise RunError(f"{run_dir} has no plan.json: the run never started") from None
-    except (OSError, ValueError, KeyError, TypeError, StopIteration) as e:
-        raise RunError(f"{path} cannot be read ({type(e).__name__}: {e})") from None
-    if "://" not in logdir and not os.path.isdir(logdir):
-        raise RunError(f"model_dir {logdir} is not on this machine: run `launch tensorboard` "
-                       "on a host that has it")
-    python = _python_of(primary["command"])
-    python = _here(python)
-    env = {"TFCLUSTER_RUN_ID": plan.get("run_id", "")}
-    board = TensorBoard(board_task(python, env, None, "localhost", logdir,
-                                   args.port or free_port()),
-                        backend_class("local")(), os.path.join(run_dir, "logs", "tensorboard.log"),
-                        lambda line: print(f"tfcluster: {line}", file=sys.stderr, flush=True),
-                        own_backend=True)
-    try:
-        board.start()
-        board.wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        board.stop()
-    return 2 if board.served.state == "not installed" else 0

@@ -14,7 +14,7 @@ from support import REPO
 
 BED_FOLDERS = {"tests/slurm/": "slurm", "tests/ssh/": "ssh", "tests/docker/": "docker"}
 # The folders whose tests use the S3 server (tests/conftest.py's ``s3`` and ``storage``).
-S3_FOLDERS = ("tests/coordinator/", "tests/orchestrator/", "tests/launcher/preflight/")
+S3_FOLDERS = ("tests/coordinator/", "tests/orchestrator/", "tests/launcher/backends/")
 
 
 def bed_group(nodeid: str) -> str | None:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from launcher.backends.base import Backend
+    from launcher.records.lease import Holder
 
 # name -> the module that defines ``BACKEND`` (imported only when the backend is used)
 _REGISTRY: dict[str, str | type[Backend]] = {
@@ -50,3 +51,9 @@ def following(name: str | None) -> type[Backend]:
     from launcher.backends.base import Backend
 
     return Backend
+
+
+def engine_holds(holder: Holder) -> bool:
+    """The engine of the run that holds a lease still has it (a requeued batch job waiting
+    in its queue): the lease is not taken from it, whatever its launcher and heartbeat."""
+    return following(holder.backend).holds(holder.handle)

@@ -266,7 +266,7 @@ class Backend(ABC):
     def storage_view(self, task: TaskPlan) -> Hashable:
         """Where ``task`` sees filesystems from: tasks with the same view (and the same
         interpreter, working directory and environment) share one storage probe
-        (launcher/preflight/storage_check.py). By default its host."""
+        (launcher/backends/storage_check.py). By default its host."""
         return task.host
 
     @abstractmethod
@@ -323,6 +323,12 @@ class Backend(ABC):
         """A live run's state (``recorded``: state.json's) as the engine sees it now, with
         a note that says so; None when the engine holds nothing of the run."""
         return None
+
+    @classmethod
+    def holds(cls, handle: dict[str, Any]) -> bool:
+        """The engine still has the run although its launcher may be gone (a requeued
+        batch job waiting in the queue): its model_dir lease is kept for it."""
+        return False
 
     @classmethod
     def engine_tasks(cls, handle: dict[str, Any]) -> list[dict[str, Any]] | None:

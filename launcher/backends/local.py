@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from launcher.backends.base import Backend, ExecWatch, NotStarted, ProbeResult, TaskHandle
+from launcher.backends.environment import check_local_programs
 from launcher.backends.processes import (
     ProcessHandle,
     dies_with_parent,
@@ -28,7 +29,6 @@ from launcher.backends.watchdog import Watchdog
 from launcher.checks import Address
 from launcher.errors import PreflightError
 from launcher.plan import JobPlan, Reservation, TaskPlan
-from launcher.preflight.environment import check_local_programs
 
 LOCALHOST = "localhost"
 # what setpriv (launcher/backends/processes.py: dies_with_parent) says when the task's exec fails

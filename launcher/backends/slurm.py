@@ -40,11 +40,11 @@ from launcher.backends.options import option
 from launcher.backends.processes import ProcessHandle, dies_with_parent, free_port, task_environ
 from launcher.backends.remote_bootstrap import refusal_in_words
 from launcher.backends.slurm_node import STUB
+from launcher.backends.storage_check import probe_python
 from launcher.backends.watchdog import Watchdog
 from launcher.checks import Address
 from launcher.errors import PreflightError, SpecError
 from launcher.plan import JobPlan, Reservation, TaskPlan
-from launcher.preflight.storage_check import probe_python
 from launcher.spec import ROLES, resources_for
 
 DEFAULT_SIGNAL_LEAD = 120          # seconds before the time limit for the warning signal
@@ -396,7 +396,7 @@ class SlurmBackend(Backend):
         """squeue's (then sacct's) word on the run's job: queued while it waits, lost when
         it ended without the run recording its end."""
         job = handle.get("slurm_job")
-        if not job:
+        if not job or not isinstance(job, str):
             return None
         engine = job_state(job)
         if engine in ("PENDING", "REQUEUED", "CONFIGURING"):
@@ -405,6 +405,12 @@ class SlurmBackend(Backend):
             return "lost", (f"the launcher died: Slurm job {job} is {engine} but the run "
                             "never recorded its end")
         return recorded, f"Slurm job {job} is {engine}"
+
+    @classmethod
+    def holds(cls, handle: dict[str, Any]) -> bool:
+        """Slurm still has the job (pending, requeued, running); False when it cannot tell."""
+        seen = cls.engine_state(handle, "running")
+        return seen is not None and seen[0] != "lost"
 
     @classmethod
     def cancel_run(cls, handle: dict[str, Any], queued: bool) -> None:
@@ -531,7 +537,7 @@ class SlurmBackend(Backend):
     def preflight(self, plan: JobPlan) -> None:
         """Each task's working directory and program, checked on its node (one probe step
         per node) before any task starts."""
-        from launcher.preflight.environment import check_programs_by_probe
+        from launcher.backends.environment import check_programs_by_probe
 
         self._plan_tasks = {t.name: t for t in plan.tasks}
         check_programs_by_probe(plan, self)

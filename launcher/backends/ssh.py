@@ -39,14 +39,14 @@ import psutil
 from launcher import gpus
 from launcher.backends import remote_bootstrap, workdir_sync
 from launcher.backends.base import Backend, ProbeResult, RelayedOutput, TaskHandle
+from launcher.backends.environment import check_item
 from launcher.backends.options import option
 from launcher.backends.options import parse as parse_section
 from launcher.backends.processes import dies_with_parent
+from launcher.backends.storage_check import probe_python
 from launcher.checks import expect_str
 from launcher.errors import PreflightError, SpecError
 from launcher.plan import JobPlan, TaskPlan
-from launcher.preflight.environment import check_item
-from launcher.preflight.storage_check import probe_python
 
 # OpenSSH options the backend sets itself or that have their own key in the ssh section.
 RESERVED = {"batchmode": "", "stricthostkeychecking": "strict_host_key_checking",
@@ -669,7 +669,7 @@ class SSHBackend(Backend):
                 f"{lines[-1] if lines else 'no output'}")
 
     def _check_item(self, task: TaskPlan) -> dict[str, Any]:
-        """What the host checks of ``task`` (launcher/preflight/environment.py); with
+        """What the host checks of ``task`` (launcher/backends/environment.py); with
         ssh.sync, in the host's copy of the workdir."""
         item = check_item(task, self._plan, ' (ssh.sync copies the workdir to every host: '
                                             '"ssh": {"sync": true})')

@@ -25,7 +25,6 @@ import time
 from typing import Any, Callable
 
 from launcher.ending import TrainingView
-from launcher.events import EventLog
 from launcher.monitors.own_model_dir import elsewhere_line, open_tf_file, outside
 from launcher.output.console import Console
 from launcher.output.progress import (
@@ -35,6 +34,7 @@ from launcher.output.progress import (
     output_progress,
     progress_line,
 )
+from launcher.records.events import EventLog
 from orchestrator.checkpoints import STATE_FILE, CheckpointReader
 from orchestrator.coordinator import Coordinator, Progress
 from orchestrator.decisions import FINISH, Decision, TaskState

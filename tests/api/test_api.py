@@ -96,7 +96,7 @@ def test_a_held_model_dir_raises_and_force_takes_it(tmp_path, monkeypatch, capsy
     and starts nothing; force=True takes the lease with a warning and runs."""
     import time
 
-    from launcher.lease import LEASE_FILE, LeaseError
+    from launcher.records.lease import LEASE_FILE, LeaseError
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "m").mkdir()

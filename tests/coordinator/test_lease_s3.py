@@ -1,6 +1,6 @@
 """model_dir's lease on S3 (the SeaweedFS bed): the lease is created with a conditional put
 (If-None-Match: *), a second run is refused while the first goes on, the lease of a
-SIGKILLed launcher is taken over and released at the end (launcher/lease.py)."""
+SIGKILLed launcher is taken over and released at the end (launcher/records/lease.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from support import REPO, cancelled_on_exit, detach, run_launch, state_of, wait_gone
 
-from launcher.lease import LEASE_FILE, S3Store
+from launcher.records.lease import LEASE_FILE, S3Store
 
 FAKE_TASK = str(REPO / "tests" / "local" / "fake_task.py")
 

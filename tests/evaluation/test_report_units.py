@@ -70,7 +70,7 @@ def test_the_page_says_what_the_console_says():
     """TensorFlow's own evaluator's results (eval/ events) without a metrics file: the page
     does not say nothing was evaluated; a task the launcher stopped reads as on the
     console, not as its raw exit status."""
-    from launcher.output.report import RunData, render_html
+    from launcher.commands.report import RunData, render_html
     from orchestrator.tfformats import Scalar
 
     data = RunData("run", "model", summary={"tasks": [

@@ -320,7 +320,8 @@ RUN_CASES: list[tuple[str, list[str], str]] = [
      "give --root for another run root)"),
 ]
 
-# model_dir's lease (launcher/lease.py): (id, the lease file in {tmp}/model, argv, expected).
+# model_dir's lease (launcher/records/lease.py): (id, the lease file in {tmp}/model, argv,
+# expected).
 # A held lease is this test process's, on this host, with a fresh heartbeat ({pid}, {host});
 # the model_dir is left as it was.
 LEASE_HELD = ("launch: error: model_dir {tmp}/model is in use by run holder-run (host {host}, "

@@ -117,7 +117,7 @@ def test_bad_input_is_one_clear_error(tmp_path, capsys, case_id, spec, argv, exp
 def write_runs(root: Path) -> None:
     """A run of this version (ok-run, one task), one of another version (old-run) and one
     whose state.json is cut short (cut-run)."""
-    from launcher.runs.registry import VERSION
+    from launcher.records.registry import VERSION
 
     for name, version in (("ok-run", VERSION), ("old-run", 0)):
         (root / name / "logs").mkdir(parents=True)
@@ -146,7 +146,7 @@ def test_bad_run_commands_are_one_clear_error(tmp_path, capsys, monkeypatch, cas
                          ids=[c[0] for c in LEASE_CASES])
 def test_a_held_or_damaged_lease_is_one_clear_error(tmp_path, capsys, monkeypatch, case_id,
                                                     lease, argv, expected):
-    from launcher.lease import LEASE_FILE
+    from launcher.records.lease import LEASE_FILE
 
     monkeypatch.setenv("TFCLUSTER_RUNS", str(tmp_path / "runs"))
     model = tmp_path / "model"

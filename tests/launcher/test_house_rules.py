@@ -1,12 +1,15 @@
-"""The house's rules, checked on the code itself: the rooms of launcher/ and orchestrator/
-and what each may import (``ROOMS``, the table docs/architecture.md shows, generated from
-it: ``python tests/launcher/test_house_rules.py``), no circle in the import graph (imports
-inside functions and under TYPE_CHECKING count), no import back up the floors, engine
-modules imported only inside launcher/backends/, orchestrator/ never imports launcher/,
-importing a backend never imports the job loop, the launcher's start-up never imports
-TensorFlow, a backend never sees the spec, a new engine is one registry line, and the unit
-tests mirror the code (every folder of tests under tests/launcher and tests/orchestrator is
-named like a package; docs/architecture.md shows them, generated here too)."""
+"""The house's rules, checked on the code itself, as a reader sees it: every folder of
+launcher/ and orchestrator/ is one room, and so is every top-level module. ``ROOMS`` (the
+table docs/architecture.md shows, generated from it: ``python
+tests/launcher/test_house_rules.py``) lists the rooms from the ground floor up and what each
+may import. Every import counts: at the top, inside functions, under TYPE_CHECKING, relative
+ones and a module's imports of its own parent package. No circle between modules, no loop
+between rooms (each names its edges), no import back up the floors; engine modules imported
+only inside launcher/backends/, orchestrator/ never imports launcher/, importing a backend
+never imports the job loop, the launcher's start-up never imports TensorFlow, a backend
+never sees the spec, a new engine is one registry line, and the unit tests mirror the code
+(every folder of tests under tests/launcher and tests/orchestrator is named like a package;
+docs/architecture.md shows them, generated here too)."""
 
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("launcher", "orchestrator")
 ENGINES = ("local", "ssh", "slurm", "kubernetes", "docker")
+MAX_TOP_MODULES = 18          # launcher/'s top, __init__.py included
 DOC = REPO / "docs" / "architecture.md"
 BEGIN = "<!-- rooms: generated from ROOMS in tests/launcher/test_house_rules.py -->"
 END = "<!-- /rooms -->"
@@ -28,166 +32,136 @@ TESTS = REPO / "tests"
 LAYOUT_BEGIN = "<!-- test layout: generated from tests/launcher and tests/orchestrator -->"
 LAYOUT_END = "<!-- /test layout -->"
 
-# The rooms, from the ground floor up: a module belongs to the longest room that names it
-# or its package. Each room may import the rooms listed (always below it: no arrow runs
-# back up), and nothing else of the project.
+_O = "orchestrator"
+# The rooms, from the ground floor up: a folder (all its modules, its __init__ included) or
+# a top-level module. Each room may import the rooms listed (always below it: no arrow
+# runs back up), and nothing else of the project.
 ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "orchestrator.roles": (
-        "job names, trainers, start order, the primary task",
-        ()),
+    "orchestrator.roles": ("job names, trainers, start order, the primary task", ()),
     "orchestrator.decisions": (
-        "the decision vocabulary (finish, fail, lost, restart, drop, ignore) and `TaskState`, the"
-        " one task snapshot",
-        ()),
+        "the decision vocabulary (finish, fail, lost, restart, drop, ignore) and `TaskState`,"
+        " the one task snapshot", ()),
     "orchestrator.policies": (
         "`RestartPolicy` and the default per role, restart scope, back-off",
-        ("orchestrator.decisions", "orchestrator.roles")),
+        (f"{_O}.decisions", f"{_O}.roles")),
     "orchestrator.tfformats": (
-        "TF's file formats: protobuf wire, TFRecord, events, index headers",
-        ()),
-    "orchestrator": (
-        "reading model_dir (checkpoints, coordinator, metrics file, evaluations), the "
-        "workers an elastic job lost and their hosts' return, and what runs inside the "
-        "user's script (sharding, epochs, evaluation, steps, at_max_steps; TensorFlow inside "
-        "functions only)",
-        ("orchestrator.decisions", "orchestrator.roles", "orchestrator.tfformats")),
-    "launcher.errors": (
-        "`UsageError`, `SpecError`, `PreflightError`: one line, exit 2",
-        ()),
-    "launcher.events": (
-        "the run's event log (events.jsonl)",
-        ()),
-    "launcher.signals": (
-        "which signals stop a run",
-        ()),
-    "launcher.redact": (
-        "secrets masked in environments",
-        ()),
-    "launcher.expand": (
-        "`$(VAR)` in a task's arguments",
-        ()),
-    "launcher.crash": (
-        "the launcher's own failure: one line, its traceback saved (run_dir/launcher-"
-        "error.txt)",
-        ()),
-    "launcher.unwritten": (
-        "what the run directory could not take (a full disk, removed): said once, counted, "
-        "in the closing lines",
-        ()),
-    "launcher.backends.remote_bootstrap": (
-        "what runs on a remote host before a task (stdlib only: it is sent there)",
-        ()),
-    "launcher.backends.watchdog": (
-        "the watchdog process that ends a dead launcher's tasks",
-        ()),
+        "TF's file formats: protobuf wire, TFRecord, events, index headers", ()),
+    "orchestrator.steps": ("how many global steps make the job (max_steps or epochs)", ()),
+    "orchestrator.sharding": ("which part of the data a task reads", ()),
+    "orchestrator.elastic": (
+        "the workers an elastic job lost, the shards no one reads now, their hosts' return",
+        (f"{_O}.sharding",)),
+    "orchestrator.epochs": (
+        "epochs that mean epochs (each example read `epochs` times by the cluster)",
+        (f"{_O}.roles", f"{_O}.sharding", f"{_O}.steps")),
+    "orchestrator.metrics_file": (
+        "the metrics file in model_dir: one JSON line per evaluated checkpoint", ()),
+    "orchestrator.binary_metrics": ("AUC, accuracy, log loss in plain Python", ()),
+    "orchestrator.checkpoints": (
+        "the newest complete checkpoint in a model_dir, through fsspec",
+        (f"{_O}.tfformats",)),
+    "orchestrator.step_series": (
+        "a chief's events file read as step series (a restore seen)", ()),
+    "orchestrator.evaluated": (
+        "what the evaluator has evaluated, read without TensorFlow",
+        (f"{_O}.checkpoints", f"{_O}.tfformats")),
+    "orchestrator.evaluation": (
+        "true metrics per checkpoint, for the evaluator task",
+        (f"{_O}.binary_metrics", f"{_O}.checkpoints", f"{_O}.metrics_file")),
+    "orchestrator.coordinator": (
+        "where training stands, read from model_dir; the judge of training done",
+        (f"{_O}.checkpoints", f"{_O}.decisions", f"{_O}.evaluated", f"{_O}.metrics_file",
+         f"{_O}.roles", f"{_O}.step_series", f"{_O}.tfformats")),
+    "orchestrator.at_max_steps": (
+        "an unmodified Estimator script stopped at exactly max_steps (inside the task)", ()),
+    "orchestrator.offline_eval": (
+        "`launch evaluate`: an exported model scored on a data file",
+        (f"{_O}.binary_metrics",)),
+    "orchestrator": ("the package (never imports launcher/)", ()),
+    "launcher.errors": ("`UsageError`, `SpecError`, `PreflightError`: one line, exit 2", ()),
+    "launcher.signals": ("which signals stop a run", ()),
+    "launcher.redact": ("secrets masked in environments", ()),
+    "launcher.expand": ("`$(VAR)` in a task's arguments", ()),
     "launcher.checks": (
-        "plain value checks (`expect_*`, `check_keys`) and `Address`",
-        ("launcher.errors",)),
+        "plain value checks (`expect_*`, `check_keys`) and `Address`", ("launcher.errors",)),
+    "launcher.ending": (
+        "how a job ends once training is done, a pure function; `JobResult`",
+        (f"{_O}.decisions", f"{_O}.roles")),
     "launcher.spec": (
         "the spec as plain data, its validation (handed the backends' names)",
-        ("launcher.checks", "launcher.errors", "orchestrator.policies", "orchestrator.roles")),
-    "launcher.model_dir": (
-        "the launcher's one way into model_dir: URL, storage options, readers",
-        ("orchestrator",)),
+        ("launcher.checks", "launcher.errors", f"{_O}.policies", f"{_O}.roles")),
     "launcher.restarts": (
         "the one judge of an exit or a loss",
-        ("orchestrator.decisions", "orchestrator.policies", "orchestrator.roles")),
+        (f"{_O}.decisions", f"{_O}.policies", f"{_O}.roles")),
+    "launcher.model_dir": (
+        "the launcher's one way into model_dir: URL, storage options, readers",
+        (f"{_O}.checkpoints", f"{_O}.metrics_file")),
     "launcher.plan": (
         "`TaskPlan`, `JobPlan`, `build_plan`, `Reservation`",
         ("launcher.checks", "launcher.expand", "launcher.model_dir", "launcher.spec",
-         "orchestrator", "orchestrator.policies", "orchestrator.roles")),
+         f"{_O}.policies", f"{_O}.roles", f"{_O}.steps")),
     "launcher.gpus": (
         "a host's GPUs (nvidia-smi's query), every task's devices (a pure assignment), "
-        "over-asks refused; docker's `--gpus`",
-        ("launcher.errors", "launcher.plan", "orchestrator.roles")),
-    "launcher.ending": (
-        "how a job ends once training is done, a pure function; `JobResult`",
-        ("orchestrator.decisions", "orchestrator.roles")),
+        "over-asks refused",
+        ("launcher.errors", "launcher.plan", f"{_O}.roles")),
     "launcher.output": (
-        "console, live view, progress line, closing lines, summary and task rows, metrics "
-        "table, report",
-        ("launcher.ending", "launcher.gpus", "launcher.model_dir", "orchestrator",
-         "orchestrator.decisions", "orchestrator.roles")),
-    "launcher.backends.options": (
-        "backend options declared as data",
-        ("launcher.checks", "launcher.errors")),
-    "launcher.backends.base": (
-        "the `Backend` interface: start a task, follow a run",
-        ("launcher.backends.options", "launcher.checks", "launcher.errors", "launcher.gpus",
-         "launcher.plan")),
-    "launcher.backends.processes": (
-        "process groups, free ports, the parent-death signal",
-        ("launcher.backends.base", "launcher.backends.remote_bootstrap",
-         "launcher.backends.watchdog", "launcher.plan")),
-    "launcher.preflight": (
-        "checks before anything starts: mistakes outside the spec (`environment`), shared "
-        "storage (`storage_check`)",
-        ("launcher.backends.base", "launcher.backends.remote_bootstrap", "launcher.errors",
-         "launcher.events", "launcher.output", "launcher.plan")),
+        "what a person sees: console, live view, progress line, closing lines, summary and "
+        "task rows, metrics table, a failed task's traceback",
+        ("launcher.ending", "launcher.gpus", "launcher.model_dir", f"{_O}.checkpoints",
+         f"{_O}.coordinator", f"{_O}.decisions", f"{_O}.evaluated", f"{_O}.metrics_file",
+         f"{_O}.roles", f"{_O}.sharding")),
+    "launcher.records": (
+        "what a run leaves on disk: events, state.json per run (the registry), model_dir's "
+        "lease, what the run directory could not take, the launcher's own failure",
+        ("launcher.errors", "launcher.output", f"{_O}.decisions")),
     "launcher.backends": (
-        "the registry (one line per engine) and one module per engine: local, ssh, slurm, "
-        "kubernetes, docker",
-        ("launcher.backends.base", "launcher.backends.options", "launcher.backends.processes",
-         "launcher.backends.remote_bootstrap", "launcher.backends.watchdog", "launcher.checks",
-         "launcher.errors", "launcher.gpus", "launcher.model_dir", "launcher.plan",
-         "launcher.preflight", "launcher.redact", "launcher.spec", "orchestrator.policies")),
-    "launcher.tracebacks": (
-        "the exception in a failed task's log, however long what follows it; the user's "
-        "innermost frame; the tail box",
-        ("launcher.output",)),
+        "the registry (one line per engine), the `Backend` interfaces, one module per engine "
+        "(local, ssh, slurm, kubernetes, docker) and their helpers: processes, the remote "
+        "bootstrap, the watchdog, the environment and shared-storage checks",
+        ("launcher.checks", "launcher.errors", "launcher.gpus", "launcher.model_dir",
+         "launcher.output", "launcher.plan", "launcher.records", "launcher.redact",
+         "launcher.spec", f"{_O}.policies")),
+    "launcher.schema": (
+        "the spec's JSON Schema (cluster_specs/schema.json), made from the declarations",
+        ("launcher.backends",)),
     "launcher.monitors": (
         "what the job loop ticks (`Monitor`, `Watch`): the coordinator's adapter over "
         "model_dir, the TF servers asked over gRPC (`lost`, ps readiness), `timeouts.job`",
-        ("launcher.ending", "launcher.events", "launcher.output", "orchestrator",
-         "orchestrator.decisions", "orchestrator.roles")),
+        ("launcher.ending", "launcher.output", "launcher.records", f"{_O}.coordinator",
+         f"{_O}.decisions", f"{_O}.roles")),
     "launcher.tasks": (
         "task mechanics: start, output, exits, stop; `TaskRun` and its snapshot",
-        ("launcher.backends.base", "launcher.ending", "launcher.events", "launcher.output",
-         "launcher.plan", "launcher.tracebacks", "launcher.unwritten", "orchestrator.decisions",
-         "orchestrator.roles")),
+        ("launcher.backends", "launcher.ending", "launcher.output", "launcher.plan",
+         "launcher.records", f"{_O}.decisions", f"{_O}.roles")),
     "launcher.job": (
         "the job loop's policy: start order, ends, restarts, teardown",
-        ("launcher.backends.base", "launcher.crash", "launcher.ending", "launcher.errors",
-         "launcher.events", "launcher.monitors", "launcher.output", "launcher.plan",
-         "launcher.restarts", "launcher.signals", "launcher.tasks", "launcher.tracebacks",
-         "launcher.unwritten", "orchestrator", "orchestrator.decisions", "orchestrator.roles")),
-    "launcher.runs.registry": (
-        "the run registry: state.json per run, from snapshots",
-        ("launcher.errors", "launcher.events", "launcher.output", "orchestrator.decisions")),
-    "launcher.lease": (
-        "one live run per model_dir: the lease file, its heartbeat, who may take it "
-        "(docs/runs.md)",
-        ("launcher.backends", "launcher.errors", "launcher.runs.registry")),
+        ("launcher.backends", "launcher.ending", "launcher.errors", "launcher.monitors",
+         "launcher.output", "launcher.plan", "launcher.records", "launcher.restarts",
+         "launcher.signals", "launcher.tasks", f"{_O}.decisions", f"{_O}.roles")),
     "launcher.tensorboard": (
-        "TensorBoard with the run (a process the launcher owns, beside the chief or on this "
-        "machine, outside the verdict) and `launch tensorboard RUN`",
-        ("launcher.backends", "launcher.backends.processes", "launcher.plan",
-         "launcher.preflight", "launcher.runs.registry")),
+        "TensorBoard with the run: a process the launcher owns, beside the chief or on this "
+        "machine, outside the verdict",
+        ("launcher.backends", "launcher.plan")),
     "launcher.api": (
         "the composition root: `launcher.run()`, `dry_run()`; builds the backend, the plan,"
         " the monitors, the job loop",
-        ("launcher.backends", "launcher.backends.base", "launcher.crash", "launcher.ending",
-         "launcher.errors", "launcher.gpus", "launcher.job", "launcher.lease", "launcher.model_dir",
-         "launcher.monitors", "launcher.output", "launcher.plan", "launcher.preflight",
-         "launcher.redact", "launcher.runs.registry", "launcher.spec", "launcher.tensorboard",
-         "launcher.unwritten", "orchestrator", "orchestrator.roles")),
-    "launcher.runs": (
-        "`launch list/status/logs/cancel` (through the backend a run names) and `--detach`",
-        ("launcher.api", "launcher.backends", "launcher.backends.base", "launcher.errors",
-         "launcher.lease", "launcher.output", "launcher.plan", "launcher.runs.registry",
-         "launcher.spec")),
-    "launcher.output.report": (
-        "`launch report`: a run's loss and metrics drawn (HTML, PNG)",
-        ("launcher.errors", "launcher.output", "launcher.preflight", "launcher.runs.registry",
-         "orchestrator", "orchestrator.tfformats")),
+        ("launcher.backends", "launcher.ending", "launcher.errors", "launcher.gpus",
+         "launcher.job", "launcher.model_dir", "launcher.monitors", "launcher.output",
+         "launcher.plan", "launcher.records", "launcher.redact", "launcher.spec",
+         "launcher.tensorboard", f"{_O}.coordinator", f"{_O}.roles")),
+    "launcher": ("the package: `launcher.run`, `launcher.dry_run`", ("launcher.api",)),
+    "launcher.commands": (
+        "the commands besides running a job: `launch list/status/logs/cancel` (through the "
+        "backend a run names), `--detach`, `launch report`, `launch tensorboard RUN`",
+        ("launcher.api", "launcher.backends", "launcher.errors", "launcher.output",
+         "launcher.plan", "launcher.records", "launcher.spec", "launcher.tensorboard",
+         f"{_O}.metrics_file", f"{_O}.tfformats")),
     "launcher.cli": (
-        "`launch`: a thin layer over the API and the run commands",
-        ("launcher.api", "launcher.backends.remote_bootstrap", "launcher.crash",
-         "launcher.errors", "launcher.output", "launcher.runs", "launcher.signals")),
-    "launcher": (
-        "the package: `launcher.run`, `launcher.dry_run`",
-        ("launcher.api",)),
+        "`launch`: a thin layer over the API and the commands",
+        ("launcher", "launcher.api", "launcher.backends", "launcher.commands",
+         "launcher.errors", "launcher.output", "launcher.records", "launcher.signals")),
 }
+
 
 def module_files() -> dict[str, Path]:
     out = {}
@@ -198,9 +172,27 @@ def module_files() -> dict[str, Path]:
     return out
 
 
+def imported_names(module: str, source: str, is_package: bool = False) -> list[str]:
+    """Every name ``module`` imports, anywhere in it (top level, functions, TYPE_CHECKING),
+    relative imports made absolute: ``from . import x`` in a package names the package's
+    ``x``."""
+    package = module.split(".") if is_package else module.split(".")[:-1]
+    names: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[:len(package) - node.level + 1] + ([base] if base else []))
+            names += [f"{base}.{a.name}" for a in node.names]
+    return names
+
+
 def import_graph() -> dict[str, set[str]]:
-    """Module -> the project's modules it imports: at the top, inside functions and under
-    TYPE_CHECKING alike (a package's own __init__ is no arrow)."""
+    """Module -> the project's modules it imports: at the top, inside functions, under
+    TYPE_CHECKING alike, its own parent package included (``from launcher.backends import
+    names`` in launcher/backends/slurm.py is an arrow to launcher/backends/__init__.py)."""
     files = module_files()
 
     def known(name: str) -> str | None:
@@ -210,28 +202,22 @@ def import_graph() -> dict[str, set[str]]:
 
     graph = {}
     for module, path in files.items():
-        targets = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            names: list[str] = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                names = [f"{node.module}.{a.name}" for a in node.names]
-            for name in names:
-                found = known(name)
-                if found and found != module and not module.startswith(f"{found}."):
-                    targets.add(found)
-        graph[module] = targets
+        names = imported_names(module, path.read_text(), path.name == "__init__.py")
+        graph[module] = {found for name in names
+                         if (found := known(name)) and found != module}
     return graph
 
 
-def room_of(module: str) -> str | None:
-    rooms = [r for r in ROOMS if module == r or module.startswith(f"{r}.")]
-    return max(rooms, key=len) if rooms else None
+def room_of(module: str) -> str:
+    """The folder a module lies in (below launcher/ or orchestrator/), else the module."""
+    parts = module.split(".")
+    if len(parts) == 1 or (len(parts) == 2 and (REPO / parts[0] / parts[1]).is_dir()):
+        return module
+    return ".".join(parts[:2]) if (REPO / parts[0] / parts[1]).is_dir() else module
 
 
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected groups of more than one module (Tarjan)."""
+    """The strongly connected groups of more than one node (Tarjan)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -240,7 +226,7 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     def visit(v: str) -> None:
         index[v] = low[v] = len(index)
         stack.append(v)
-        for w in sorted(graph[v]):
+        for w in sorted(graph.get(v, ())):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -266,6 +252,23 @@ def room_arrows(graph: dict[str, set[str]]) -> set[tuple[str, str, str, str]]:
     """(from room, to room, module, imported module) of every import between two rooms."""
     return {(room_of(m), room_of(t), m, t) for m, ts in graph.items() for t in ts
             if room_of(m) != room_of(t)}
+
+
+def room_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    rooms: dict[str, set[str]] = {room_of(m): set() for m in graph}
+    for a, b, _, _ in room_arrows(graph):
+        rooms[a].add(b)
+    return rooms
+
+
+def loops_named(graph: dict[str, set[str]]) -> list[str]:
+    """Each loop between rooms, with the imports that make its edges."""
+    arrows = room_arrows(graph)
+    out = []
+    for loop in circles(room_graph(graph)):
+        edges = sorted(f"{m} -> {t}" for a, b, m, t in arrows if a in loop and b in loop)
+        out.append(f"loop through {', '.join(loop)}: {'; '.join(edges)}")
+    return out
 
 
 def rooms_table() -> str:
@@ -301,13 +304,41 @@ def generated(text: str, begin: str, end: str) -> str:
     return text.split(begin, 1)[1].split(end, 1)[0].strip()
 
 
-def test_every_module_has_a_room():
-    assert [m for m in module_files() if room_of(m) is None] == []
+def test_every_room_is_in_the_table():
+    assert sorted({room_of(m) for m in module_files()} - set(ROOMS)) == []
+    assert sorted(set(ROOMS) - {room_of(m) for m in module_files()}) == []
 
 
 def test_the_import_graph_has_no_circle():
-    """Lazy imports (inside functions) and TYPE_CHECKING imports included."""
+    """Between modules: lazy imports (inside functions), TYPE_CHECKING imports and a
+    module's imports of its own parent package included."""
     assert circles(import_graph()) == []
+
+
+def test_no_loop_between_rooms():
+    """A folder is one room: two rooms that import each other, or a longer loop, fail here
+    with the imports that make it."""
+    assert loops_named(import_graph()) == []
+
+
+def test_the_graph_sees_what_a_reader_sees():
+    """The measure itself: an import inside a function, under TYPE_CHECKING, a relative one
+    and one of the module's own parent package are all arrows; a folder is one room; two
+    rooms that import each other are a loop named by its imports."""
+    source = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from a.b import c\n"
+              "def f():\n    from . import d\n    from .. import e\nimport a.p.q\n")
+    assert sorted(imported_names("a.p.m", source)) == \
+        ["a.b.c", "a.e", "a.p.d", "a.p.q", "typing.TYPE_CHECKING"]
+    assert "launcher.backends" in import_graph()["launcher.schema"]
+    assert room_of("launcher.backends.slurm") == room_of("launcher.backends") == \
+        "launcher.backends"
+    assert room_of("launcher.api") == "launcher.api" and room_of("launcher") == "launcher"
+    assert circles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
+
+
+def test_launcher_top_holds_at_most_18_modules():
+    top = sorted(p.name for p in (REPO / "launcher").glob("*.py"))
+    assert len(top) <= MAX_TOP_MODULES, top
 
 
 def test_each_room_imports_only_what_the_table_allows():

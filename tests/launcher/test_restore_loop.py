@@ -13,11 +13,11 @@ import pytest
 from coordinator.tf_writes import FakeTrainer, tfrecord
 from scripted_backend import Script, ScriptedBackend, run_job
 
-from launcher.events import EventLog
 from launcher.monitors.coordinator import CoordinatorMonitor
 from launcher.output.closing import final_read
 from launcher.output.console import Console
 from launcher.output.summary import verdict
+from launcher.records.events import EventLog
 from orchestrator.checkpoints import CheckpointReader
 from orchestrator.coordinator import Coordinator
 

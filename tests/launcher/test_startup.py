@@ -31,7 +31,7 @@ def test_help_loads_neither_rich_nor_matplotlib():
 
 def test_a_local_job_does_not_import_fsspec_for_its_environment_checks(tmp_path):
     code = ("import sys\n"
-            "from launcher.preflight.environment import check_fsspec_driver, check_run_dir\n"
+            "from launcher.backends.environment import check_fsspec_driver, check_run_dir\n"
             f"check_fsspec_driver({str(tmp_path / 'model')!r})\n"
             f"check_run_dir({str(tmp_path / 'runs')!r})\n"
             "print('fsspec' in sys.modules)")

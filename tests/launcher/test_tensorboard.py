@@ -15,8 +15,8 @@ from support import PY_TF215, PY_TF221
 from launcher.backends.local import LocalBackend
 from launcher.backends.processes import free_port
 from launcher.backends.ssh import SSHBackend, SSHOptions
+from launcher.commands.runs import tensorboard_line
 from launcher.plan import TaskPlan
-from launcher.runs.commands import tensorboard_line
 from launcher.tensorboard import TensorBoard, board_task
 
 FAKE = Path(__file__).resolve().parent / "jobs" / "fake_tensorboard.py"

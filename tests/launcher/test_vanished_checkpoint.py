@@ -33,7 +33,7 @@ def test_a_trainer_with_the_same_words_is_not(line):
 def test_a_vanished_file_wrapped_in_restoring_failed_is_found_in_the_chain(tmp_path):
     """As seen: TF 2.15 raises 'Restoring from checkpoint failed' during the handling of
     the NotFoundError; the last 20 lines are the frames of the wrapped message."""
-    from launcher.tracebacks import describe
+    from launcher.output.tracebacks import describe
 
     log = tmp_path / "evaluator-0.log"
     log.write_text("\n".join([

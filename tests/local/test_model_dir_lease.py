@@ -1,6 +1,6 @@
 """One live run per model_dir, with real launchers on the local backend: a second run is
 refused while the first goes on, a third runs once the first ended, and the lease a
-SIGKILLed launcher left is taken over (launcher/lease.py, docs/runs.md)."""
+SIGKILLed launcher left is taken over (launcher/records/lease.py, docs/runs.md)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from support import cancelled_on_exit, detach, run_launch, state_of, tfcluster_tasks, wait_gone
 
-from launcher.lease import LEASE_FILE
+from launcher.records.lease import LEASE_FILE
 
 FAKE_TASK = str(Path(__file__).resolve().parent / "fake_task.py")
 

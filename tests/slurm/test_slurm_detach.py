@@ -18,7 +18,7 @@ from support import PY_TF215, REPO, launched, run_launch, state_of, tfcluster_ta
 from test_slurm_backend import node_steps, released, squeue, write_spec
 
 from launcher.backends.slurm import LIVE_STATES, job_state
-from launcher.lease import LEASE_FILE
+from launcher.records.lease import LEASE_FILE
 
 FAULT_JOB = str(REPO / "tests" / "faults" / "jobs" / "estimator_job.py")
 FAKE_TASK = str(REPO / "tests" / "local" / "fake_task.py")

@@ -1,6 +1,6 @@
 """model_dir's lease with the ssh backend on real hosts: a second run on the same model_dir
 is refused while the first goes on, before anything starts on any host; a third runs once
-the first ended (launcher/lease.py)."""
+the first ended (launcher/records/lease.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 from support import cancelled_on_exit, detach, local_ssh_processes, run_launch
 from test_ssh_detach import fake_spec, wait_tasks
 
-from launcher.lease import LEASE_FILE
+from launcher.records.lease import LEASE_FILE
 
 
 def test_a_second_ssh_run_on_a_held_model_dir_is_refused(hosts, tmp_path, runs):

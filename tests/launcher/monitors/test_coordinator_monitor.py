@@ -9,9 +9,9 @@ from dataclasses import replace
 import fsspec
 from coordinator.tf_writes import FakeTrainer
 
-from launcher.events import EventLog, read_events
 from launcher.monitors.coordinator import CoordinatorMonitor
 from launcher.output.console import Console
+from launcher.records.events import EventLog, read_events
 from orchestrator.coordinator import Coordinator
 from orchestrator.decisions import TaskState
 

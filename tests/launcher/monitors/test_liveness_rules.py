@@ -13,11 +13,11 @@ from scripted_backend import Lines, Script, ScriptedBackend
 from support import FakeClock
 
 from launcher.api import parse_spec
-from launcher.events import EventLog, read_events
 from launcher.job import Job
 from launcher.monitors.liveness import Answer, Liveness, LivenessMonitor
 from launcher.output.console import Console
 from launcher.plan import build_plan
+from launcher.records.events import EventLog, read_events
 from orchestrator.decisions import LOST, TaskState
 
 OK = Answer(True, "OK")

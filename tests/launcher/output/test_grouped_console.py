@@ -11,8 +11,8 @@ import pytest
 from scripted_backend import Script, ScriptedBackend, run_job
 
 import launcher
+from launcher.commands.runs import task_table
 from launcher.output.summary import summary_table, task_rows
-from launcher.runs.commands import task_table
 
 pytestmark = pytest.mark.usefixtures("scripted_backend")
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import io
 
-from launcher.events import EventLog
 from launcher.monitors.coordinator import CoordinatorMonitor
 from launcher.output.console import Console
 from launcher.output.progress import JobState, progress_line
+from launcher.records.events import EventLog
 from orchestrator.checkpoints import Checkpoint
 from orchestrator.coordinator import Coordinator, Progress
 from orchestrator.decisions import TaskState

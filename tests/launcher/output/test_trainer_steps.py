@@ -9,12 +9,12 @@ import io
 
 from support import FakeClock
 
-from launcher.events import EventLog
 from launcher.monitors.coordinator import CoordinatorMonitor
 from launcher.output.console import Console
 from launcher.output.live import status_words
 from launcher.output.progress import output_progress, progress_line
 from launcher.output.trainer_steps import TrainerSteps
+from launcher.records.events import EventLog
 from orchestrator.checkpoints import Checkpoint
 from orchestrator.coordinator import Coordinator, Progress
 from orchestrator.decisions import TaskState

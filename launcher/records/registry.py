@@ -21,7 +21,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from launcher.errors import UsageError
-from launcher.events import EventLog
+from launcher.records.events import EventLog
 
 if TYPE_CHECKING:
     from orchestrator.decisions import TaskState
@@ -131,7 +131,6 @@ TASK_FIELDS: tuple[tuple[str, Any, bool], ...] = (
 
 NESTED_FIELDS: dict[str, tuple[tuple[str, Any, bool], ...]] = {
     "launcher": (("pid", int, False), ("host", str, False), ("create_time", _NUMBER, False)),
-    "handle": (("slurm_job", str, False), ("kubernetes", dict, False)),
 }
 
 

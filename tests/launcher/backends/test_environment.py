@@ -9,9 +9,9 @@ import pytest
 
 from launcher.api import parse_spec
 from launcher.backends.local import LocalBackend
+from launcher.backends.storage_check import check_shared_storage
 from launcher.errors import PreflightError
 from launcher.plan import build_plan
-from launcher.preflight.storage_check import check_shared_storage
 
 
 class ProbingLocal(LocalBackend):
@@ -53,7 +53,7 @@ def probed_plan(tmp_path, command, **extra):
 def test_programs_are_checked_where_the_tasks_run(tmp_path, command, extra, message):
     """What the Slurm backend runs on each node before any task starts, here through the
     local backend's probe."""
-    from launcher.preflight.environment import check_programs_by_probe
+    from launcher.backends.environment import check_programs_by_probe
 
     plan, backend = probed_plan(tmp_path, command, **extra)
     with pytest.raises(PreflightError) as e:
@@ -62,7 +62,7 @@ def test_programs_are_checked_where_the_tasks_run(tmp_path, command, extra, mess
 
 
 def test_programs_that_are_there_pass_the_probe(tmp_path):
-    from launcher.preflight.environment import check_programs_by_probe
+    from launcher.backends.environment import check_programs_by_probe
 
     plan, backend = probed_plan(tmp_path, [sys.executable, "-c", "pass"])
     check_programs_by_probe(plan, backend)

@@ -46,7 +46,7 @@ def relaunch_argv(args: RunOptions, command: list[str] | None, run_dir: str,
 
 
 def follow_commands(run_id: str, run_dir: str) -> list[str]:
-    from launcher.runs.registry import RunError, find_run
+    from launcher.records.registry import RunError, find_run
 
     try:
         ref = run_id if os.path.samefile(find_run(run_id), run_dir) else run_dir
@@ -83,7 +83,7 @@ def detach(spec: Spec, backend: Backend, command: list[str] | None,
 def _submit(spec: Spec, backend: Backend, plan: JobPlan, run_dir: str,
             relaunch: list[str]) -> int:
     from launcher.api import write_plan
-    from launcher.runs.registry import RunState
+    from launcher.records.registry import RunState
 
     os.makedirs(run_dir, exist_ok=True)
     state = RunState(run_dir, plan.run_id, plan.name, backend.name, max_steps=plan.max_steps,
@@ -128,7 +128,7 @@ def _daemon(spec: Spec, backend: Backend, plan: JobPlan, command: list[str] | No
     if word.startswith("error"):
         _, status, message = word.split(" ", 2)
         raise UsageError(message) if status == "2" else SystemExit(int(status))
-    from launcher.runs.registry import RunError, read_state
+    from launcher.records.registry import RunError, read_state
 
     try:
         state: dict[str, Any] = read_state(run_dir)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.tracebacks import describe, last_exception, read_log_end, tail_box
+from launcher.output.tracebacks import describe, last_exception, read_log_end, tail_box
 
 TRACE = [
     "INFO:tensorflow:Calling model_fn.",

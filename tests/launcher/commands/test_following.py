@@ -8,7 +8,7 @@ import pytest
 
 from launcher.backends import following, register, unregister
 from launcher.backends.base import Backend
-from launcher.runs.commands import current_state
+from launcher.commands.runs import current_state
 
 
 class HeldByEngine(Backend):

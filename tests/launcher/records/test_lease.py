@@ -1,4 +1,4 @@
-"""The rules of model_dir's lease (launcher/lease.py), on a local model_dir: who may take
+"""The rules of model_dir's lease (launcher/records/lease.py), on a local model_dir: who may take
 it, when a holder is gone, --force, a corrupt lease file, release and heartbeat."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from launcher import lease as leases
-from launcher.lease import LEASE_FILE, STALE_AFTER, Holder, LeaseError, acquire
 from launcher.model_dir import ModelDir
+from launcher.records import lease as leases
+from launcher.records.lease import LEASE_FILE, STALE_AFTER, Holder, LeaseError, acquire
 
 
 @pytest.fixture
@@ -186,9 +186,11 @@ def test_a_run_slurm_still_holds_keeps_its_lease(model_dir, monkeypatch):
     """A requeued Slurm job waits in the queue: its launcher is gone and its heartbeat old,
     but Slurm still has the job, so the lease is not taken; once Slurm lets go, it is."""
     write_lease(model_dir, pid=dead_pid(), heartbeat=time.time() - STALE_AFTER - 60,
-                slurm_job="42")
-    monkeypatch.setattr(leases, "slurm_holds", lambda job: job == "42")
+                backend="slurm", handle={"slurm_job": "42"})
+
+    def holds(holder):
+        return holder.backend == "slurm" and holder.handle == {"slurm_job": "42"}
+
     with pytest.raises(LeaseError, match="in use by run other-run"):
-        acquire(model_dir, "run-b")
-    monkeypatch.setattr(leases, "slurm_holds", lambda job: False)
-    acquire(model_dir, "run-b").release()
+        acquire(model_dir, "run-b", holds=holds)
+    acquire(model_dir, "run-b", holds=lambda holder: False).release()

@@ -34,9 +34,9 @@ from launcher.errors import PreflightError
 
 if TYPE_CHECKING:
     from launcher.backends.base import Backend, ProbeResult
-    from launcher.events import EventLog
     from launcher.output.console import Console
     from launcher.plan import JobPlan, TaskPlan
+    from launcher.records.events import EventLog
 
 PROBE_PREFIX = ".tfcluster-probe-"
 NOT_FOR_PROBES = ("TFCLUSTER_RUN_ID", "TF_CONFIG")

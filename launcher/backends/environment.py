@@ -127,7 +127,7 @@ def check_programs_by_probe(plan, backend) -> None:
     from pathlib import Path
 
     from launcher.backends import remote_bootstrap
-    from launcher.preflight.storage_check import probe_python
+    from launcher.backends.storage_check import probe_python
 
     source = Path(remote_bootstrap.__file__).read_text(encoding="utf-8")
 

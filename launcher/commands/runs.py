@@ -1,6 +1,7 @@
 """`launch list`, `launch status RUN`, `launch logs RUN [TASK] [-f]`, `launch cancel RUN`:
 follow any run, attached or detached, of any backend, from its run directory's state
-(launcher/runs/registry.py) and, where an engine owns the tasks, from the engine (squeue, kubectl).
+(launcher/records/registry.py) and, where an engine owns the tasks, from the engine
+(squeue, kubectl).
 
 Exit status of ``status``: 0 while the run is starting, queued or running, and when it
 succeeded; 1 when it failed, was cancelled, or its launcher died; 2 for an unknown run.
@@ -17,7 +18,7 @@ from typing import IO, TYPE_CHECKING
 
 from launcher.output.summary import row_cells
 from launcher.output.table import rows_table, with_gpus
-from launcher.runs.registry import (
+from launcher.records.registry import (
     CANCEL_FILE,
     LIVE,
     RunError,
@@ -87,7 +88,7 @@ def task_table(state: dict, run_dir: str, now: str | None = None, every: bool = 
     run whose launcher died, a task it left running is shown gone or still running.
     ``every``: one row per task, else grouped by role above GROUP_ABOVE tasks."""
     from launcher.output.grouped import grouped_table
-    from launcher.runs.registry import process_started
+    from launcher.records.registry import process_started
 
     rows = []
     live = state.get("state") in LIVE
@@ -174,7 +175,7 @@ def status_main(argv: list[str]) -> int:
         print(note)
     if state.get("reason"):
         print(f"reason: {state['reason']}")
-    from launcher.lease import status_line
+    from launcher.records.lease import status_line
 
     lease = status_line(state, lost=now == "lost")
     if lease:

@@ -1,5 +1,5 @@
-"""The run registry (launcher/runs/registry.py): atomic state, version guard, finding runs, and the
-state `launch status` shows for a run whose launcher is gone."""
+"""The run registry (launcher/records/registry.py): atomic state, version guard, finding runs,
+and the state `launch status` shows for a run whose launcher is gone."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import threading
 
 import pytest
 
-from launcher.runs.commands import current_state
-from launcher.runs.registry import RunError, RunState, find_run, read_state
+from launcher.commands.runs import current_state
+from launcher.records.registry import RunError, RunState, find_run, read_state
 
 
 def new_state(run_dir, run_id="job-1234") -> RunState:

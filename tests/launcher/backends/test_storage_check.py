@@ -15,12 +15,12 @@ from support import PY_TF215, run_launch
 
 from launcher.api import parse_spec
 from launcher.backends.local import LocalBackend
+from launcher.backends.storage_check import PROBE_PREFIX, already_trained, check_shared_storage
 from launcher.errors import PreflightError
-from launcher.events import EventLog, read_events
 from launcher.output.console import Console
 from launcher.output.progress import progress_line
 from launcher.plan import build_plan
-from launcher.preflight.storage_check import PROBE_PREFIX, already_trained, check_shared_storage
+from launcher.records.events import EventLog, read_events
 from orchestrator.coordinator import Progress
 
 SLEEP = ["-c", "import time; time.sleep(30)"]

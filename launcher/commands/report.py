@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from launcher.errors import UsageError
 from launcher.output.metrics_table import format_value, metric_columns
-from launcher.runs.registry import read_record
+from launcher.records.registry import read_record
 from orchestrator.metrics_file import METRICS_FILE, MetricsRecord, read_metrics
 from orchestrator.tfformats import Scalar, scalars_in_dir
 
@@ -174,7 +174,7 @@ def load_run(run_dir: str, model_dir: str | None = None) -> RunData:
     model_dir = model_dir or resolve_model_dir(str(plan.get("model_dir", "")), run_dir, plan)
     if not model_dir:
         raise UsageError(f"{plan_path} names no model_dir; give --model-dir")
-    from launcher.preflight.environment import check_fsspec_driver
+    from launcher.backends.environment import check_fsspec_driver
 
     check_fsspec_driver(model_dir)
     try:

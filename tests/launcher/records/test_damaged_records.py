@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from launcher import cli
-from launcher.runs.registry import RunState
+from launcher.records.registry import RunState
 
 
 def good_run(root: Path, run_id: str, started: float) -> Path:

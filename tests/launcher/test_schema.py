@@ -63,8 +63,8 @@ def test_schema_and_parser_both_refuse(doc):
 
 
 def test_schema_backend_sections_derive_from_the_registry():
-    """cluster_specs/schema.json is what `python -m launcher.backends.options` makes of it."""
-    from launcher.backends.options import refresh_schema
+    """cluster_specs/schema.json is what `python -m launcher.schema` makes of it."""
+    from launcher.schema import refresh_schema
 
     assert refresh_schema(json.loads(json.dumps(SCHEMA))) == SCHEMA
 

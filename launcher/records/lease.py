@@ -16,8 +16,9 @@ requeue) renews its own lease, and a requeued run keeps it while it waits.
 - **Heartbeat**: the launcher rewrites the lease every ``HEARTBEAT_EVERY`` (30 s). A lease
   whose heartbeat is older than ``STALE_AFTER`` (3 heartbeats, 90 s) is taken to be left
   by a launcher that is gone, as is one whose launcher pid is dead on this host. Hosts'
-  clocks must agree within that bound. A run whose Slurm job Slurm still holds (a
-  requeued job waiting in the queue) keeps its lease however old its heartbeat.
+  clocks must agree within that bound. A run that its engine still holds (a requeued
+  batch job waiting in the queue: the holder keeps the run's backend and handle, and the
+  caller's ``holds`` asks the engine) keeps its lease however old its heartbeat.
 - **Refusal**: a second run on a held model_dir is refused in one line that names the run
   holding it, its host and how to follow it (exit 2, nothing started). ``--force`` takes
   over a lease whose holder cannot be proven gone, with a warning; two takers racing for a
@@ -32,7 +33,7 @@ import re
 import socket
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from launcher.errors import UsageError
@@ -58,16 +59,18 @@ class Holder:
     heartbeat: float
     pid_started: float | None = None     # the launcher's process start (pid reuse)
     run_dir: str = ""
-    slurm_job: str = ""                  # the run's Slurm job: it holds while Slurm has it
+    backend: str = ""                    # the run's backend and its handle in the engine:
+    handle: dict[str, Any] = field(default_factory=dict)    # the run holds while it has it
 
     @classmethod
-    def me(cls, run_id: str, run_dir: str = "", slurm_job: str = "") -> Holder:
+    def me(cls, run_id: str, run_dir: str = "", backend: str = "",
+           handle: dict[str, Any] | None = None) -> Holder:
         """This launcher process as the holder of ``run_id``."""
-        from launcher.runs.registry import process_started
+        from launcher.records.registry import process_started
 
         now = time.time()
         return cls(run_id, socket.gethostname(), os.getpid(), now, now,
-                   process_started(os.getpid()), run_dir, slurm_job)
+                   process_started(os.getpid()), run_dir, backend, dict(handle or {}))
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), indent=1).encode()
@@ -88,7 +91,8 @@ class Holder:
             return cls(str(doc["run_id"]), str(doc["host"]), int(doc["pid"]),
                        float(doc["started"]), float(doc["heartbeat"]),
                        None if doc.get("pid_started") is None else float(doc["pid_started"]),
-                       str(doc.get("run_dir") or ""), str(doc.get("slurm_job") or ""))
+                       str(doc.get("run_dir") or ""), str(doc.get("backend") or ""),
+                       dict(doc.get("handle") or {}))
         except (TypeError, ValueError) as e:
             raise ValueError(f"a field of the wrong type ({e})") from None
 
@@ -96,14 +100,22 @@ class Holder:
         return Holder(**{**asdict(self), "heartbeat": time.time() if now is None else now})
 
 
-def gone(holder: Holder, now: float, host: str | None = None) -> str | None:
+Holds = Callable[[Holder], bool]
+
+
+def no_engine(_holder: Holder) -> bool:
+    return False
+
+
+def gone(holder: Holder, now: float, host: str | None = None,
+         holds: Holds = no_engine) -> str | None:
     """Why the holder is provably gone, or None when it may still run: its launcher pid is
     dead on this host (or is another process now), or its heartbeat is older than
-    STALE_AFTER. A run whose Slurm job Slurm still holds (queued, requeued, running) is
-    not gone, whatever its launcher and heartbeat."""
-    from launcher.runs.registry import process_started
+    STALE_AFTER. A run that its engine still holds (``holds``: queued, requeued, running)
+    is not gone, whatever its launcher and heartbeat."""
+    from launcher.records.registry import process_started
 
-    if holder.slurm_job and slurm_holds(holder.slurm_job):
+    if holder.handle and holds(holder):
         return None
     host = host or socket.gethostname()
     if holder.host == host:
@@ -118,18 +130,10 @@ def gone(holder: Holder, now: float, host: str | None = None) -> str | None:
     return None
 
 
-def slurm_holds(job: str) -> bool:
-    """Slurm still has the job (pending, requeued, running); False when it cannot tell."""
-    from launcher.backends import following
-
-    seen = following("slurm").engine_state({"slurm_job": job}, "running")
-    return seen is not None and seen[0] != "lost"
-
-
 def follow_command(holder: Holder) -> str:
     """How to follow the holding run from here: its run id, or its run directory when the
     id does not find it under this run root."""
-    from launcher.runs.registry import RunError, find_run
+    from launcher.records.registry import RunError, find_run
 
     try:
         if not holder.run_dir or os.path.samefile(find_run(holder.run_id), holder.run_dir):
@@ -284,7 +288,8 @@ def held_message(url: str, holder: Holder, now: float | None = None) -> str:
             f"`{follow_command(holder)}`; wait for it to end (or --force if it is gone)")
 
 
-def check(storage, run_id: str | None = None, force: bool = False) -> None:
+def check(storage, run_id: str | None = None, force: bool = False,
+          holds: Holds = no_engine) -> None:
     """Before anything is acquired: refuse (LeaseError) when model_dir is held by a live
     run other than ``run_id``. Writes nothing."""
     if force:
@@ -297,11 +302,11 @@ def check(storage, run_id: str | None = None, force: bool = False) -> None:
         return
     if holder is None or holder.run_id == run_id:
         return
-    if gone(holder, time.time()) is None:
+    if gone(holder, time.time(), holds=holds) is None:
         raise LeaseError(held_message(storage.url, holder))
 
 
-def dry_run_line(storage, run_id: str) -> str:
+def dry_run_line(storage, run_id: str, holds: Holds = no_engine) -> str:
     """What --dry-run says about the lease: free, held (and what launch would do)."""
     try:
         holder = read_holder(store_for(storage))
@@ -313,7 +318,7 @@ def dry_run_line(storage, run_id: str) -> str:
         return f"lease: free ({lease_url(storage.url)})"
     if holder.run_id == run_id:
         return f"lease: held by this run ({describe(holder)}): it is renewed"
-    why = gone(holder, time.time())
+    why = gone(holder, time.time(), holds=holds)
     if why:
         return f"lease: left by {describe(holder)}, {why}: it would be taken over"
     return (f"lease: held by {describe(holder)}: launch would refuse to start "
@@ -412,12 +417,14 @@ class Lease:
 
 
 def acquire(storage, run_id: str, run_dir: str = "", force: bool = False,
-            warn: Callable[[str], None] = lambda _m: None, slurm_job: str = "") -> Lease:
+            warn: Callable[[str], None] = lambda _m: None, backend: str = "",
+            handle: dict[str, Any] | None = None, holds: Holds = no_engine) -> Lease:
     """Take the lease of model_dir for ``run_id`` (see the module docstring); LeaseError
     (one line) when another live run holds it and ``force`` is not given, or when the
     storage refuses the lease."""
     try:
-        return _acquire(storage, run_id, run_dir, force, warn, slurm_job)
+        me = Holder.me(run_id, os.path.abspath(run_dir) if run_dir else "", backend, handle)
+        return _acquire(storage, me, force, warn, holds)
     except LeaseError:
         raise
     except Exception as e:  # noqa: BLE001 - any store's error, in one line
@@ -425,10 +432,10 @@ def acquire(storage, run_id: str, run_dir: str = "", force: bool = False,
                          f"({type(e).__name__}: {e})") from None
 
 
-def _acquire(storage, run_id: str, run_dir: str, force: bool,
-             warn: Callable[[str], None], slurm_job: str) -> Lease:
+def _acquire(storage, me: Holder, force: bool, warn: Callable[[str], None],
+             holds: Holds) -> Lease:
     store = store_for(storage)
-    me = Holder.me(run_id, os.path.abspath(run_dir) if run_dir else "", slurm_job)
+    run_id = me.run_id
     for _ in range(5):
         if store.create(me.to_json()):
             return Lease(store, me, storage.url)
@@ -444,7 +451,7 @@ def _acquire(storage, run_id: str, run_dir: str, force: bool,
                  "this run takes it")
         else:
             if holder.run_id != run_id:
-                why = gone(holder, time.time())
+                why = gone(holder, time.time(), holds=holds)
                 if why is None and not force:
                     raise LeaseError(held_message(storage.url, holder))
                 if why is not None:
