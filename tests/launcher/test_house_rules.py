@@ -137,7 +137,8 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
         "the job loop's policy: start order, ends, restarts, teardown",
         ("launcher.backends", "launcher.ending", "launcher.errors", "launcher.monitors",
          "launcher.output", "launcher.plan", "launcher.records", "launcher.restarts",
-         "launcher.signals", "launcher.tasks", f"{_O}.decisions", f"{_O}.roles")),
+         "launcher.signals", "launcher.tasks", f"{_O}.decisions", f"{_O}.elastic",
+         f"{_O}.roles")),
     "launcher.tensorboard": (
         "TensorBoard with the run: a process the launcher owns, beside the chief or on this "
         "machine, outside the verdict",
