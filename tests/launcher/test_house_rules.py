@@ -54,12 +54,15 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
     "orchestrator.epochs": (
         "epochs that mean epochs (each example read `epochs` times by the cluster)",
         (f"{_O}.roles", f"{_O}.sharding", f"{_O}.steps")),
+    "orchestrator.local_fs": (
+        "model_dir's filesystem: fsspec's, or a small stand-in for a plain local path", ()),
     "orchestrator.metrics_file": (
-        "the metrics file in model_dir: one JSON line per evaluated checkpoint", ()),
+        "the metrics file in model_dir: one JSON line per evaluated checkpoint",
+        (f"{_O}.local_fs",)),
     "orchestrator.binary_metrics": ("AUC, accuracy, log loss in plain Python", ()),
     "orchestrator.checkpoints": (
         "the newest complete checkpoint in a model_dir, through fsspec",
-        (f"{_O}.tfformats",)),
+        (f"{_O}.local_fs", f"{_O}.tfformats")),
     "orchestrator.step_series": (
         "a chief's events file read as step series (a restore seen)", ()),
     "orchestrator.evaluated": (
@@ -127,8 +130,8 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
     "launcher.monitors": (
         "what the job loop ticks (`Monitor`, `Watch`): the coordinator's adapter over "
         "model_dir, the TF servers asked over gRPC (`lost`, ps readiness), `timeouts.job`",
-        ("launcher.ending", "launcher.output", "launcher.records", f"{_O}.coordinator",
-         f"{_O}.decisions", f"{_O}.roles")),
+        ("launcher.ending", "launcher.output", "launcher.records", f"{_O}.checkpoints",
+         f"{_O}.coordinator", f"{_O}.decisions", f"{_O}.roles")),
     "launcher.tasks": (
         "task mechanics: start, output, exits, stop; `TaskRun` and its snapshot",
         ("launcher.backends", "launcher.ending", "launcher.output", "launcher.plan",
