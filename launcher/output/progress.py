@@ -70,16 +70,15 @@ def output_progress(steps: TrainerSteps | None, p: Progress, now: float, since: 
     if steps is None:
         return None
     known = p.latest_step
-    newest = steps.newest()
+    known_at = p.step_at if p.step_at is not None and known is not None else since
+    newest, shown = steps.newest(), None
     if newest is not None and (known is None or newest.step > known):
-        return OutputProgress(newest.step, newest.task, now - newest.at)
-    rate = steps.rate()
-    if rate is None:
-        return None
-    base_at = p.step_at if p.step_at is not None and known is not None else since
-    estimate = steps.estimate(base_at)
-    if estimate is None or estimate[0] <= 0:
-        return None
+        known, known_at = newest.step, newest.at
+        shown = OutputProgress(newest.step, newest.task, now - newest.at)
+    rate = steps.rate()         # steps since the newest known one, from global_step/sec
+    estimate = steps.estimate(known_at) if rate is not None and rate[2] > known_at else None
+    if rate is None or estimate is None or estimate[0] <= 0:
+        return shown
     return OutputProgress((known or 0) + estimate[0], estimate[1], now - rate[2],
                           estimated=True, rate=rate[1])
 

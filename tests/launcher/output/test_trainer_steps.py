@@ -189,3 +189,21 @@ def test_an_open_events_file_outside_model_dir_is_found(tmp_path):
         proc.kill()
         proc.wait()
     assert open_tf_file(os.getpid()) is None      # not a task: no TFCLUSTER_MODEL_DIR
+
+
+def test_rates_after_a_step_line_estimate_from_that_step():
+    """A TF1 job: TF's warning showed step 14 once, then only global_step/sec lines came;
+    the line goes on from 14, and does not call step 14 'no new step for 20s'."""
+    clock = FakeClock()
+    steps = TrainerSteps(clock)
+    steps.see("chief:0", "WARNING:tensorflow:It seems that global step (tf.train.get_global_"
+                         "step) has not been increased. Current value (could be stable): 14 "
+                         "vs previous value: 14.")
+    for _ in range(10):
+        clock.sleep(2)
+        steps.see("chief:0", "INFO:tensorflow:global_step/sec: 50")
+    p = Progress(max_steps=5000, checkpoint=CKPT0, step_at=0.0)
+    out = output_progress(steps, p, clock(), since=0.0)
+    assert (out.step, out.estimated, out.age) == (14 + 1000, True, 0.0)
+    assert "no new step" not in progress_line(p, 20, now=clock(), output=out,
+                                              moving_at=steps.moving_at())
