@@ -9,7 +9,10 @@ Three parts (docs/benchmarks.md, "Scale"):
   after, from the last task's end to the exit, CPU (the launcher's or the shell's and
   every task's, RUSAGE_CHILDREN of a fresh runner) and the launcher's CPU per task (its
   CPU less the shell's), peak RSS, and the start cost per task: from the first task's start
-  to the last's, over the tasks. Rounds alternate launch and shell.
+  to the last's, over the tasks, and the most threads the launcher had. Rounds alternate
+  launch and shell (and, with --before TREE, the launcher of another checkout, with
+  --variants, this one changed: the start pool's size, no setpriv, a slower loop); --burn
+  runs CPU-bound processes beside them (2: both cores busy).
 - scripted: the real job loop over the in-memory backend (tests/scripted_backend.py), one
   fresh process per size: chief + N workers + N/10 ps over a 600 s job on a fake clock.
   CPU per task to start every task, CPU per task for the whole run, peak RSS.
@@ -25,12 +28,19 @@ Three parts (docs/benchmarks.md, "Scale"):
   each node of a 2-node Slurm bed (tests/infra/slurm_cluster.py), with ``slurm.steps``
   node (one step per node) and task (one step per task, the form before), alternating.
   Each task stamps its start (with its Slurm step id) and end.
+- docker (as root; not in the default parts): N sleeping workers, one container each, on a
+  private engine (tests/infra/docker_engine.py) from its Debian base image, under `launch`
+  of this checkout and, with --before TREE, of that one, alternating: wall, every task
+  started after, the start span (first to last), the CPU of the launcher and its docker
+  clients per task, peak RSS, the launcher's threads.
 
     .venv/bin/python bench/scale.py [--sizes 10 100 1000] [--sleep 5] [--rounds 1]
                                     [--parts local scripted monitors ssh slurm]
                                     [--ssh-sizes 10 50 100] [--ssh-baseline REV]
                                     [--ssh-no-storage-check]
                                     [--slurm-sizes 10 50 100]
+                                    [--docker-sizes 10 50 100] [--before TREE]
+                                    [--burn 0 2] [--ps 2] [--variants ...]
 """
 
 from __future__ import annotations
@@ -51,12 +61,28 @@ LAUNCH = str(Path(sys.executable).parent / "launch")
 STAMP = 'read t _ </proc/uptime; echo "$t" >"$STAMPS/$TFCLUSTER_TASK_TYPE-$TFCLUSTER_TASK_INDEX.{}"'
 TASK = f"{STAMP.format('s')}; sleep $SLEEP; {STAMP.format('e')}"
 
+# runs argv; prints its CPU (and all it waited for), its largest process's peak RSS and the
+# most threads its own process had (/proc/PID/status, sampled every 10 ms)
 MEASURE = r"""
-import resource, subprocess, sys
-subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+import resource, subprocess, sys, threading, time
+proc = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+most = [0]
+def sample():
+    while proc.poll() is None:
+        try:
+            with open(f"/proc/{proc.pid}/status") as f:
+                line = next(x for x in f if x.startswith("Threads:"))
+            most[0] = max(most[0], int(line.split()[1]))
+        except (OSError, StopIteration, ValueError):
+            pass
+        time.sleep(0.01)
+sampler = threading.Thread(target=sample, daemon=True)
+sampler.start()
+proc.wait()
 r = resource.getrusage(resource.RUSAGE_CHILDREN)
-print(r.ru_utime + r.ru_stime, r.ru_maxrss)
+print(r.ru_utime + r.ru_stime, r.ru_maxrss, most[0])
 """
+BURN = "while :; do :; done"       # a CPU-bound job: one busy core per copy
 
 
 def uptime() -> float:
@@ -64,25 +90,69 @@ def uptime() -> float:
         return float(f.read().split()[0])
 
 
-def measured(argv: list[str]) -> tuple[float, float, float, float]:
+def measured(argv: list[str], env: dict[str, str] | None = None
+             ) -> tuple[float, float, float, float, int]:
     """(started at, ended at) on /proc/uptime's clock, CPU seconds of ``argv`` and all it
-    waited for, peak RSS (MB) of its largest process."""
+    waited for, peak RSS (MB) of its largest process, the most threads of its process."""
     t0 = uptime()
     out = subprocess.run([sys.executable, "-c", MEASURE, *argv], capture_output=True,
-                         text=True, check=True, cwd=REPO)
+                         text=True, check=True, cwd=REPO, env=env)
     t1 = uptime()
-    cpu, rss_kb = out.stdout.split()
-    return t0, t1, float(cpu), int(rss_kb) / 1024
+    cpu, rss_kb, threads = out.stdout.split()
+    return t0, t1, float(cpu), int(rss_kb) / 1024, int(threads)
+
+
+# What may stretch the start of many tasks, each changed alone in `launch` (--variants), to
+# measure: the start pool's threads, the exec of setpriv in front of each task, the loop's
+# pace (its turn, TURN).
+VARIANTS = {
+    "pool=1": "import launcher.backends.local as m; m.LocalBackend.start_threads = 1",
+    "pool=8": "import launcher.backends.local as m; m.LocalBackend.start_threads = 8",
+    "pool=16": "import launcher.backends.local as m; m.LocalBackend.start_threads = 16",
+    "no-setpriv": "import launcher.backends.local as m; m.dies_with_parent = lambda a, e: a",
+    "turn=0.2": "import launcher.job as m; m.TURN = 0.2",
+}
+
+
+def launch_argv(tree: Path, variant: str | None = None) -> list[str]:
+    """`launch` of the launcher in ``tree`` (this checkout, or another to compare), changed
+    by one of VARIANTS."""
+    return [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+            f"{VARIANTS[variant] if variant else 'pass'}; "
+            "from launcher.cli import main; sys.exit(main())", str(tree)]
+
+
+class Burners:
+    """``count`` CPU-bound processes beside the runs (a loaded machine), ended on exit."""
+
+    def __init__(self, count: int):
+        self.procs = [subprocess.Popen(["sh", "-c", BURN]) for _ in range(count)]
+
+    def __enter__(self) -> Burners:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in self.procs:
+            proc.kill()
+            proc.wait()
+
+
+def load_average() -> str:
+    with open("/proc/loadavg") as f:
+        return f.read().split()[0]
+
+
+PS = 2      # ps of the local part (--ps)
 
 
 def tasks_of(n: int) -> list[tuple[str, int, float]]:
-    """(type, index, extra sleep) of chief + n workers + 2 ps; -1: sleeps until stopped."""
-    return [("ps", 0, -1), ("ps", 1, -1), ("chief", 0, 1.0),
+    """(type, index, extra sleep) of chief + n workers + PS ps; -1: sleeps until stopped."""
+    return [*(("ps", i, -1.0) for i in range(PS)), ("chief", 0, 1.0),
             *(("worker", i, 0.0) for i in range(n))]
 
 
 def local_spec(work: Path, n: int, sleep: float) -> Path:
-    doc = {"name": "scale", "cluster": {"chief": 1, "worker": n, "ps": 2},
+    doc = {"name": "scale", "cluster": {"chief": 1, "worker": n, "ps": PS},
            "command": ["sh", "-c", TASK], "env": {"STAMPS": str(work / "stamps"),
                                                   "SLEEP": str(sleep)},
            "roles": {"chief": {"env": {"SLEEP": str(sleep + 1)}},
@@ -109,47 +179,63 @@ def shell_script(work: Path, n: int, sleep: float) -> Path:
     return path
 
 
-def one_local(kind: str, n: int, sleep: float) -> dict:
+def one_local(tree: Path | None, n: int, sleep: float, variant: str | None = None) -> dict:
+    """One run: `launch` of the launcher in ``tree``, or the shell script (None)."""
     with tempfile.TemporaryDirectory(prefix="scale-") as tmp:
         work = Path(tmp)
         (work / "stamps").mkdir()
-        argv = ([LAUNCH, str(local_spec(work, n, sleep)), "--quiet"] if kind == "launch"
-                else ["sh", str(shell_script(work, n, sleep))])
-        t0, t1, cpu, rss = measured(argv)
+        argv = ([*launch_argv(tree, variant), str(local_spec(work, n, sleep)), "--quiet"]
+                if tree is not None else ["sh", str(shell_script(work, n, sleep))])
+        kind = "launch" if tree is not None else "shell"
+        t0, t1, cpu, rss, threads = measured(argv)
         # a stamp is empty when its task was stopped as it wrote it (the end rules stop
         # workers started after the chief's end): it counts, without its time
         started = [p.read_text() for p in (work / "stamps").glob("*.s")]
         starts = [float(t) for t in started if t.strip()]
         ends = [float(t) for p in (work / "stamps").glob("*.e") if (t := p.read_text()).strip()]
-    tasks = n + 3
+    tasks = n + 1 + PS
     assert len(started) == tasks, f"{kind}: {len(started)} of {tasks} tasks started"
     return {"wall": t1 - t0, "started": max(starts) - t0,
             "start_ms": (max(starts) - min(starts)) / tasks * 1000,
             "exit_after_last_end": t1 - max(ends) if ends else float("nan"),
-            "cpu": cpu, "rss": rss, "tasks": tasks}
+            "cpu": cpu, "rss": rss, "threads": threads, "tasks": tasks}
 
 
-def local(sizes: list[int], sleep: float, rounds: int) -> None:
-    print(f"local: chief + N workers + 2 ps sleeping {sleep:g} s (chief {sleep + 1:g} s), "
-          f"medians of {rounds} round(s), launch and shell alternating\n")
-    print("| N workers | | wall s | every task started after s | start ms/task | exit after the "
-          "last end s | CPU s (with the tasks') | launcher CPU ms/task | peak RSS MB |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for n in sizes:
-        got: dict[str, list[dict]] = {"launch": [], "shell": []}
-        for r in range(rounds):
-            for kind in (("launch", "shell") if r % 2 == 0 else ("shell", "launch")):
-                got[kind].append(one_local(kind, n, sleep))
-        med = {k: {f: statistics.median(x[f] for x in v) for f in v[0]} for k, v in got.items()}
-        per_task = (med["launch"]["cpu"] - med["shell"]["cpu"]) / med["launch"]["tasks"] * 1000
-        for kind in ("launch", "shell"):
-            m = med[kind]
-            extra = f"{per_task:.2f}" if kind == "launch" else ""
-            print(f"| {n} | {kind} | {m['wall']:.2f} | {m['started']:.2f} | {m['start_ms']:.2f} | "
-                  f"{m['exit_after_last_end']:.2f} | {m['cpu']:.2f} | {extra} | {m['rss']:.0f} |")
-        print(f"| {n} | ratio | {med['launch']['wall'] / med['shell']['wall']:.2f}x "
-              "| | | | | | |")
-        sys.stdout.flush()
+def local(sizes: list[int], sleep: float, rounds: int, before: Path | None = None,
+          burn: int = 0, variants: list[str] = ()) -> None:
+    """Each size: `launch` (of this checkout and, with ``before``, of that tree; each of
+    ``variants``) and the shell, alternating (A B C, C B A, ...); ``burn`` CPU-bound
+    processes beside them."""
+    trees: dict[str, Path | None] = {**({"before": before} if before else {}),
+                                     "launch": REPO, **{v: REPO for v in variants},
+                                     "shell": None}
+    print(f"local: chief + N workers + {PS} ps sleeping {sleep:g} s (chief {sleep + 1:g} s), "
+          f"medians of {rounds} round(s), {', '.join(trees)} alternating; "
+          f"{burn} CPU-bound process(es) beside them; load average {load_average()}\n")
+    print("| N workers | | wall s | ratio to the shell | every task started after s | start "
+          "ms/task | exit after the last end s | CPU s (with the tasks') | launcher CPU "
+          "ms/task | peak RSS MB | launcher threads |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    with Burners(burn):
+        for n in sizes:
+            got: dict[str, list[dict]] = {k: [] for k in trees}
+            for r in range(rounds):
+                for kind in (list(trees) if r % 2 == 0 else list(trees)[::-1]):
+                    got[kind].append(one_local(trees[kind], n, sleep,
+                                               kind if kind in VARIANTS else None))
+            med = {k: {f: statistics.median(x[f] for x in v) for f in v[0]}
+                   for k, v in got.items()}
+            shell = med["shell"]
+            for kind, m in med.items():
+                per_task = f"{(m['cpu'] - shell['cpu']) / m['tasks'] * 1000:.2f}" \
+                    if kind != "shell" else ""
+                threads = f"{m['threads']:.0f}" if kind != "shell" else ""
+                print(f"| {n} | {kind} | {m['wall']:.2f} | {m['wall'] / shell['wall']:.2f}x | "
+                      f"{m['started']:.2f} | {m['start_ms']:.2f} | "
+                      f"{m['exit_after_last_end']:.2f} | {m['cpu']:.2f} | {per_task} | "
+                      f"{m['rss']:.0f} | {threads} |")
+            sys.stdout.flush()
+    print(f"\nload average at the end: {load_average()}")
 
 
 # --------------------------------------------------------------------------- scripted
@@ -443,6 +529,76 @@ def slurm_part(sizes: list[int], sleep: float, rounds: int) -> None:
         cluster.stop()
 
 
+# --------------------------------------------------------------------------- docker
+def docker_spec(work: Path, image: str, n: int, sleep: float) -> Path:
+    """N workers, each a container sleeping between two stamps in a bind-mounted folder
+    (model_dir there too: the storage check's probe containers see it)."""
+    doc = {"name": "scale-docker", "backend": "docker", "cluster": {"worker": n},
+           "command": ["sh", "-c", TASK], "env": {"STAMPS": str(work / "stamps"),
+                                                  "SLEEP": str(sleep)},
+           "model_dir": str(work / "model"), "run_dir": str(work / "runs"),
+           "docker": {"image": image, "volumes": [f"{work}:{work}"]},
+           "timeouts": {"start": 300, "kill": 5}}
+    path = work / "spec.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def one_docker(engine, image: str, tree: Path, n: int, sleep: float) -> dict:
+    with tempfile.TemporaryDirectory(prefix="scale-docker-") as tmp:
+        work = Path(tmp)
+        (work / "stamps").mkdir()
+        os.chmod(work / "stamps", 0o777)
+        t0, t1, cpu, rss, threads = measured(
+            [*launch_argv(tree), str(docker_spec(work, image, n, sleep)), "--quiet"],
+            env=dict(os.environ, **engine.env()))
+        stamps = {kind: [float(text) for p in (work / "stamps").glob(f"*.{kind}")
+                         if (text := p.read_text().strip())] for kind in "se"}
+    left = engine.containers()
+    if left or len(stamps["e"]) != n:
+        print(f"<!-- {tree}, N = {n}: {len(stamps['e'])} of {n} tasks ended; "
+              f"containers left: {len(left)} -->")
+        engine.remove_all()
+    return {"wall": t1 - t0, "started": max(stamps["s"]) - t0,
+            "span": max(stamps["s"]) - min(stamps["s"]),
+            "exit_after_last_end": t1 - max(stamps["e"], default=t1),
+            "cpu_ms": cpu / n * 1000, "rss": rss, "threads": threads}
+
+
+def docker_part(sizes: list[int], sleep: float, rounds: int, before: Path | None) -> None:
+    """`launch` of N sleeping containers on a private engine (tests/infra/docker_engine.py),
+    from the Debian base image (python3, no TensorFlow: the containers only sleep)."""
+    sys.path[:0] = [str(REPO / "tests")]
+    from infra.docker_engine import docker_engine, missing_prerequisites
+
+    why = missing_prerequisites()
+    if why:
+        print(f"\ndocker: cannot run: {why}")
+        return
+    trees = {**({"before": before} if before else {}), "launch": REPO}
+    with docker_engine() as engine:
+        image = engine.base_image()
+        print(f"\ndocker: N sleeping workers ({sleep:g} s), one container each, engine "
+              f"{engine.driver}, image {image}; medians of {rounds} round(s), "
+              f"{', '.join(trees)} alternating; load average {load_average()}\n")
+        print("| N containers | launcher | wall s | every task started after s | start span "
+              "s (first to last) | exit after the last end s | launcher + docker clients "
+              "CPU ms/task | peak RSS MB | launcher threads |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for n in sizes:
+            got: dict[str, list[dict]] = {k: [] for k in trees}
+            for r in range(rounds):
+                for kind in (list(trees) if r % 2 == 0 else list(trees)[::-1]):
+                    got[kind].append(one_docker(engine, image, trees[kind], n, sleep))
+            for kind, runs in got.items():
+                m = {f: statistics.median(x[f] for x in runs) for f in runs[0]}
+                print(f"| {n} | {kind} | {m['wall']:.2f} | {m['started']:.2f} | "
+                      f"{m['span']:.2f} | {m['exit_after_last_end']:.2f} | {m['cpu_ms']:.1f} | "
+                      f"{m['rss']:.0f} | {m['threads']:.0f} |")
+            sys.stdout.flush()
+    print(f"\nload average at the end: {load_average()}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 1000])
@@ -451,16 +607,29 @@ def main() -> None:
     parser.add_argument("--parts", nargs="+", default=["local", "scripted", "monitors"])
     parser.add_argument("--ssh-sizes", type=int, nargs="+", default=[10, 50, 100])
     parser.add_argument("--slurm-sizes", type=int, nargs="+", default=[10, 50, 100])
+    parser.add_argument("--docker-sizes", type=int, nargs="+", default=[10, 50, 100])
+    parser.add_argument("--before", type=Path, metavar="TREE",
+                        help="local part: also run the launcher of this checkout (another "
+                             "worktree), alternating with this one")
+    parser.add_argument("--burn", type=int, nargs="+", default=[0],
+                        help="local part: once per value, with that many CPU-bound processes "
+                             "beside the runs (2: both cores of this machine busy)")
+    parser.add_argument("--ps", type=int, default=2, help="local part: ps tasks")
+    parser.add_argument("--variants", nargs="+", default=[], choices=sorted(VARIANTS),
+                        help="local part: also `launch` changed so (to find what stretches)")
     parser.add_argument("--ssh-baseline", metavar="REV",
                         help="also run the launcher of this git revision (ssh part)")
     parser.add_argument("--ssh-no-storage-check", action="store_true",
                         help="ssh part: check_storage false (no probe per task)")
     args = parser.parse_args()
+    global PS
+    PS = args.ps
     if shutil.which("setsid") is None:
         sys.exit("bench/scale.py needs setsid (util-linux)")
     print(f"{time.strftime('%Y-%m-%d %H:%M')} UTC, {os.cpu_count()} cores (shared machine)\n")
     if "local" in args.parts:
-        local(args.sizes, args.sleep, args.rounds)
+        for burn in args.burn:
+            local(args.sizes, args.sleep, args.rounds, args.before, burn, args.variants)
     if "scripted" in args.parts:
         scripted(args.sizes)
     if "monitors" in args.parts:
@@ -470,6 +639,8 @@ def main() -> None:
                  not args.ssh_no_storage_check)
     if "slurm" in args.parts:
         slurm_part(args.slurm_sizes, args.sleep, args.rounds)
+    if "docker" in args.parts:
+        docker_part(args.docker_sizes, args.sleep, args.rounds, args.before)
 
 
 if __name__ == "__main__":

@@ -159,14 +159,22 @@ def new_run_id(name: str) -> str:
     return f"{name}-{os.urandom(4).hex()}"
 
 
-def tf_config(cluster: dict[str, list[str]], task_type: str, index: int,
+def tf_config(cluster: dict[str, list[str]] | str, task_type: str, index: int,
               model_dir: str | None = None) -> str:
     """TF_CONFIG for one task: the evaluator stays outside the cluster, as TensorFlow expects.
     ``model_dir`` (Estimator jobs) is what ``tf.estimator.RunConfig`` takes when the script
-    gives none; one it gives must be the very same string, or RunConfig raises ValueError."""
-    doc: dict = {"cluster": cluster, "task": {"type": task_type, "index": index}}
+    gives none; one it gives must be the very same string, or RunConfig raises ValueError.
+    ``cluster`` may come as its JSON already (``compact``): one encoding for every task of
+    a large job, not one each."""
+    rest: dict = {"task": {"type": task_type, "index": index}}
     if model_dir is not None:
-        doc["model_dir"] = model_dir
+        rest["model_dir"] = model_dir
+    shared = cluster if isinstance(cluster, str) else compact(cluster)
+    return '{"cluster":' + shared + "," + compact(rest)[1:]
+
+
+def compact(doc: Any) -> str:
+    """JSON without spaces, as TF_CONFIG is written."""
     return json.dumps(doc, separators=(",", ":"))
 
 
@@ -205,7 +213,9 @@ def build_plan(
 
     cluster = {job: [fmt(*resolved[(job, i)][:2]) for i in range(len(spec.cluster[job]))]
                for job in spec.cluster}
-    shard_of = {t: n for n, t in enumerate(spec.trainers)}
+    trainers = spec.trainers
+    shard_of = {t: n for n, t in enumerate(trainers)}
+    cluster_json = compact(cluster)         # once, not once per task
     # Keras (PSS, MWMS) ignores TF_CONFIG["model_dir"]; the Estimator reads it.
     tf_model_dir = spec.model_dir if spec.strategy == "estimator" and \
         spec.tf_config_model_dir else None
@@ -218,7 +228,7 @@ def build_plan(
         env = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
         env.update(base_env or {})
         ours = {
-            "TF_CONFIG": tf_config(cluster, job, i, tf_model_dir),
+            "TF_CONFIG": tf_config(cluster_json, job, i, tf_model_dir),
             "TFCLUSTER_RUN_ID": run_id,
             "TFCLUSTER_MODEL_DIR": spec.model_dir,
             "TFCLUSTER_TASK": f"{job}:{i}",
@@ -233,7 +243,7 @@ def build_plan(
             env["TFCLUSTER_MAX_STEPS"] = str(max_steps)
         if (job, i) in shard_of:
             env["TFCLUSTER_SHARD_INDEX"] = str(shard_of[(job, i)])
-            env["TFCLUSTER_NUM_SHARDS"] = str(len(spec.trainers))
+            env["TFCLUSTER_NUM_SHARDS"] = str(len(trainers))
         if spec.epochs is not None:
             env["TFCLUSTER_EPOCHS"] = str(spec.epochs)
             env["TFCLUSTER_EXAMPLES"] = str(spec.examples)
