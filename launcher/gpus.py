@@ -9,6 +9,8 @@ one. Slurm and Kubernetes bind devices themselves (``--gpus``, ``nvidia.com/gpu`
 Plain data and pure functions: ``parse_query`` reads nvidia-smi's answer, ``assign`` decides
 every task's devices from what each machine has and what each task asks (a count, a list,
 sharing, or nothing: the defaults), ``apply`` writes the decision into the plan's tasks.
+What each engine makes of a task's GPUs lives with the engine (launcher/backends/
+docker_gpus.py, slurm_gpus.py).
 """
 
 from __future__ import annotations
@@ -18,13 +20,13 @@ import shutil
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 from launcher.errors import UsageError
 from orchestrator.roles import trainer_jobs
 
 if TYPE_CHECKING:
-    from launcher.plan import JobPlan, TaskPlan
+    from launcher.plan import JobPlan
 
 # The one query the launcher makes; a stand-in (tests/nvidia_smi.py) answers exactly this.
 QUERY = ["nvidia-smi", "--query-gpu=index,uuid,memory.total", "--format=csv,noheader,nounits"]
@@ -156,7 +158,7 @@ def _sorted(asks: Iterable[Ask]) -> list[Ask]:
     return sorted(asks, key=lambda a: rank.get(a.role, len(rank)))
 
 
-def _listed(names: Sequence[str]) -> str:
+def listed(names: Sequence[str]) -> str:
     return ", ".join(names)
 
 
@@ -273,7 +275,7 @@ def _over_ask(machine: Machine, asks: list[Ask], pool: list[Gpu] | None = None) 
     left = ""
     if pool is not None:
         left = f", {len(pool)} not given to a task alone"
-    return (f"host {machine.name}: {_listed(parts)} ask for {total} GPU"
+    return (f"host {machine.name}: {listed(parts)} ask for {total} GPU"
             f"{'s' if total > 1 else ''}, and it has {machine.has()}{left}; "
             "nothing was started")
 
@@ -361,88 +363,6 @@ def describe(machines: Sequence[Machine] | None, places: bool) -> list[str]:
                          "that ask nothing: the trainers split them, the rest run on CPU "
                          "(docs/gpus.md)")
     return lines
-
-
-# ---------------------------------------------------------------------------- docker
-def docker_args(task: TaskPlan) -> tuple[list[str], dict[str, str]]:
-    """``docker run`` options for a task's GPUs, and the environment values that differ
-    inside its container: ``--gpus '"device=2,3"'`` exposes those devices, numbered 0, 1
-    inside; a task without GPUs gets none, even where the engine's default runtime is
-    NVIDIA's (NVIDIA_VISIBLE_DEVICES=void)."""
-    if task.gpus is None:
-        return [], {}
-    if not task.gpus:
-        return [], {"NVIDIA_VISIBLE_DEVICES": "void"}
-    inside = ",".join(str(i) for i in range(len(task.gpus)))
-    return ["--gpus", f'"device={",".join(task.gpus)}"'], {VISIBLE: inside}
-
-
-def docker_runtime_problem(runtimes_json: str, tasks: Sequence[TaskPlan]) -> str | None:
-    """Why the engine cannot give the tasks their GPUs (``docker info --format
-    '{{json .Runtimes}}'`` names no NVIDIA runtime), or None."""
-    wanting = [t.name for t in tasks if t.gpus]
-    if not wanting:
-        return None
-    import json
-
-    try:
-        runtimes = sorted(json.loads(runtimes_json or "{}"))
-    except (ValueError, TypeError):
-        runtimes = []
-    if any("nvidia" in r for r in runtimes):
-        return None
-    return (f"docker: {_listed(wanting)} get GPUs, but the engine has no NVIDIA runtime "
-            f"(runtimes: {', '.join(runtimes) or 'none listed'}): install the NVIDIA "
-            "Container Toolkit and run 'nvidia-ctk runtime configure --runtime=docker', or "
-            "give those roles resources.ROLE.gpus: 0 (docs/gpus.md)")
-
-
-# ---------------------------------------------------------------------------- Slurm
-STEP_LINE = "tfcluster: the Slurm step's CUDA_VISIBLE_DEVICES="
-# Prints what Slurm bound, then runs the task's command (its arguments never pass a shell).
-STEP_WRAPPER = ["/bin/sh", "-c", f'echo "{STEP_LINE}${{CUDA_VISIBLE_DEVICES-}}"; exec "$@"',
-                "tfcluster-step"]
-
-
-def reporting_step(task: TaskPlan) -> TaskPlan:
-    """The task as a Slurm step that asks for GPUs runs it: its first output line says
-    which devices Slurm bound (``StepDevices`` records them); others as they are."""
-    if not task.resources.get("gpus"):
-        return task
-    import dataclasses
-
-    return dataclasses.replace(task, command=[*STEP_WRAPPER, *task.command])
-
-
-class StepDevices:
-    """A Slurm step's output, read through: the wrapper's line sets ``task.gpus`` (the
-    plan's task: the summary and ``launch status`` show it)."""
-
-    def __init__(self, stream: IO[bytes], task: TaskPlan):
-        self.stream = stream
-        self.task = task
-        self.head: bytes | None = b""     # the output until its first line ended
-        self._read_now = getattr(stream, "read1", stream.readline)
-
-    def _saw(self, data: bytes) -> bytes:
-        if self.head is not None:
-            self.head += data
-            if b"\n" in self.head or not data:
-                first = self.head.split(b"\n", 1)[0]
-                self.head = None
-                if first.startswith(STEP_LINE.encode()):
-                    value = first[len(STEP_LINE):].decode(errors="replace").strip()
-                    self.task.gpus = [d for d in value.split(",") if d]
-        return data
-
-    def readline(self) -> bytes:
-        return self._saw(self.stream.readline())
-
-    def read1(self, size: int = -1) -> bytes:
-        return self._saw(self._read_now(size))
-
-    def __getattr__(self, name: str):
-        return getattr(self.stream, name)
 
 
 def check_backend(places: bool, backend: str, resources: Mapping[str, Mapping[str, object]]

@@ -40,8 +40,8 @@ import time
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-from launcher import gpus
 from launcher.backends.base import Backend, ExecWatch, ProbeResult, TaskHandle
+from launcher.backends.docker_gpus import docker_args, docker_runtime_problem
 from launcher.backends.options import option
 from launcher.backends.processes import dies_with_parent, free_port, port_taken, task_environ
 from launcher.backends.remote_bootstrap import refusal_in_words
@@ -234,7 +234,7 @@ class DockerBackend(Backend):
         if task.cwd:
             out += ["--workdir", task.cwd]
         out += self._resources(task)
-        devices, inside = gpus.docker_args(task)    # launcher/gpus.py: --gpus, their env
+        devices, inside = docker_args(task)    # --gpus, their env (docker_gpus.py)
         out += devices
         out += [a for key in task.env if key not in inside for a in ("--env", key)]
         out += [a for key, value in inside.items() for a in ("--env", f"{key}={value}")]
@@ -274,7 +274,7 @@ class DockerBackend(Backend):
                                  f"{_last_line(version.stderr)}")
         if any(t.gpus for t in plan.tasks):
             runtimes = self.call("info", "--format", "{{json .Runtimes}}").stdout
-            problem = gpus.docker_runtime_problem(runtimes, plan.tasks)
+            problem = docker_runtime_problem(runtimes, plan.tasks)
             if problem:
                 raise PreflightError(problem)
         if self.call("image", "inspect", self.options.image).returncode != 0:

@@ -33,12 +33,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from launcher import gpus
 from launcher.backends.base import Backend, ExecWatch, ProbeResult, TaskHandle
 from launcher.backends.node_step import NodeStep
 from launcher.backends.options import option
 from launcher.backends.processes import ProcessHandle, dies_with_parent, free_port, task_environ
 from launcher.backends.remote_bootstrap import refusal_in_words
+from launcher.backends.slurm_gpus import StepDevices, reporting_step
 from launcher.backends.slurm_node import STUB
 from launcher.backends.storage_check import probe_python
 from launcher.backends.watchdog import Watchdog
@@ -550,7 +550,7 @@ class SlurmBackend(Backend):
     def start(self, task: TaskPlan) -> TaskHandle:
         if self.grouped(task):
             return self._node_step(task).start(task, task.env)
-        argv = self.srun_argv(gpus.reporting_step(task), self.job_id or "",
+        argv = self.srun_argv(reporting_step(task), self.job_id or "",
                               self._node_for(task))
         env = _step_env(task)
         proc = subprocess.Popen(dies_with_parent(argv, env), env=env, stdin=subprocess.DEVNULL,
@@ -559,7 +559,7 @@ class SlurmBackend(Backend):
         handle = SlurmHandle(task, proc, self.job_id or "", f"{task.type}-{task.index}")
         if task.resources.get("gpus") and proc.stdout is not None:
             # what Slurm bound, into the plan's task
-            handle.output = gpus.StepDevices(proc.stdout, self._plan_tasks.get(task.name, task))
+            handle.output = StepDevices(proc.stdout, self._plan_tasks.get(task.name, task))
         self.handles.append(handle)
         return handle
 

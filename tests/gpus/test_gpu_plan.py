@@ -138,11 +138,12 @@ def test_slurm_and_ssh_dry_runs_leave_the_devices_to_later(tmp_path):
 
 
 def test_a_slurm_step_says_which_devices_slurm_bound(tmp_path):
-    """The wrapper a Slurm step with GPUs runs (launcher/gpus.py), run here as srun would:
-    its first line sets the task's gpus; the task's own arguments arrive untouched."""
+    """The wrapper a Slurm step with GPUs runs (launcher/backends/slurm_gpus.py), run here as
+    srun would: its first line sets the task's gpus; the task's own arguments arrive
+    untouched."""
     import subprocess
 
-    from launcher.gpus import StepDevices, reporting_step
+    from launcher.backends.slurm_gpus import StepDevices, reporting_step
     from launcher.plan import TaskPlan
 
     task = TaskPlan("worker", 0, "n1", 2222, [sys.executable, "-c",

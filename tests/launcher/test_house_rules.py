@@ -363,6 +363,19 @@ def test_engine_modules_are_imported_only_inside_launcher_backends():
                   if t in engines and not m.startswith("launcher.backends")) == []
 
 
+def test_engine_names_and_handle_keys_appear_only_under_launcher_backends():
+    """No code outside launcher/backends/ says ``"slurm"`` or reads ``"slurm_job"``: what an
+    engine is and how its handle names a run is the backend's (``"local"``, the launcher's
+    own machine, is the default everywhere)."""
+    words = {*ENGINES, "slurm_job"} - {"local"}
+    found = sorted(f"{path.relative_to(REPO)}:{node.lineno} {node.value!r}"
+                   for module, path in module_files().items()
+                   if not module.startswith("launcher.backends")
+                   for node in ast.walk(ast.parse(path.read_text()))
+                   if isinstance(node, ast.Constant) and node.value in words)
+    assert found == []
+
+
 def test_docs_architecture_shows_the_rooms_table():
     assert generated(DOC.read_text(), BEGIN, END) == rooms_table(), \
         "docs/architecture.md is out of date: python tests/launcher/test_house_rules.py"
