@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from orchestrator.decisions import CLUSTER, DROP, FAIL, IGNORE, RESTART, Decision
 from orchestrator.policies import (
     ALWAYS,
+    HOST_LOST,
     NEVER,
     TRANSIENT_ERRORS,
     VANISHED_CHECKPOINT,
@@ -66,6 +67,9 @@ def classify_exit(status: int, tail: Iterable[str] = (), role: str | None = None
     if 128 < status <= 128 + 64:
         return SIGNAL, f"was killed by {signal_name(status - 128)} (exit status {status})"
     lines = list(tail)
+    for line in reversed(lines):
+        if line.startswith(HOST_LOST):
+            return TRANSIENT, line[len("tfcluster: "):]
     if role in VANISHED_ROLES:
         for line in reversed(lines):
             if any(marker in line for marker in VANISHED_CHECKPOINT):

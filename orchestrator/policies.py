@@ -56,6 +56,9 @@ TRANSIENT_ERRORS = (
     "Socket closed", "Connection reset by peer", "failed to connect to all addresses",
     "ssh: connect to host",     # the task's host did not answer ssh (down, cut off)
 )
+# The last line of a task whose host stopped answering ssh under it (its keepalive timed
+# out: launcher/backends/ssh.py): a loss, retried like a kill.
+HOST_LOST = "tfcluster: lost the ssh connection to "
 
 
 # An evaluator that reads a checkpoint the chief deletes under it (keep_checkpoint_max: the

@@ -47,6 +47,7 @@ from launcher.backends.storage_check import probe_python
 from launcher.checks import expect_str
 from launcher.errors import PreflightError, SpecError
 from launcher.plan import JobPlan, TaskPlan
+from orchestrator.policies import HOST_LOST
 
 # OpenSSH options the backend sets itself or that have their own key in the ssh section.
 RESERVED = {"batchmode": "", "stricthostkeychecking": "strict_host_key_checking",
@@ -276,11 +277,28 @@ class HostSession:
         except (OSError, ValueError):
             pass
         finally:
+            lost = self._lost_line()
             with self._route:
                 for handle in self.handles.values():
+                    if lost and handle.exit is None:
+                        handle.relay.write(lost)
                     handle.relay.close()
                 for waiting in self._asked.values():
                     waiting[0].set()
+
+    def _lost_line(self) -> bytes | None:
+        """When ssh itself failed (exit status 255: the host stopped answering, its
+        keepalive timed out) under running tasks: the line their output ends with, a
+        loss the restart policies retry (orchestrator.policies.TRANSIENT_ERRORS)."""
+        try:
+            code = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return None
+        if code != 255 or not self.handles:
+            return None
+        self._errors.join(2)
+        why = self.said[-1] if self.said else "ssh exited with status 255"
+        return f"{HOST_LOST}{self.host} ({why})\n".encode()
 
     def _answer(self, line: bytes) -> bool:
         try:

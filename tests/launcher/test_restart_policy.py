@@ -30,6 +30,16 @@ def test_exit_kinds(status, tail, kind):
     assert classify_exit(status, tail)[0] == kind
 
 
+def test_a_host_that_stopped_answering_ssh_is_a_loss_in_its_own_words():
+    """The ssh backend ends the output of a task whose host stopped answering (ssh's
+    keepalive gave up, exit status 255) with one line: retried like a kill, said as is."""
+    tail = ["ready", "tfcluster: lost the ssh connection to 10.0.0.11 (Timeout, server "
+                     "10.0.0.11 not responding.)"]
+    assert classify_exit(255, tail, "worker") == (
+        TRANSIENT, "lost the ssh connection to 10.0.0.11 (Timeout, server 10.0.0.11 not "
+                   "responding.)")
+
+
 def test_defaults_follow_tensorflows_rules():
     assert scope_for("worker", synchronous=False) == TASK
     assert scope_for("chief", synchronous=False) == TASK

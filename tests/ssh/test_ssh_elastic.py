@@ -1,9 +1,10 @@
 """Elastic workers over real ssh: the host of a worker is cut off (its network namespace's
-link brought down); the launcher loses the worker (its server stops answering gRPC), its
-restarts are spent (``max_restarts`` 0) and, ``roles.worker.minimum`` holding, the job goes
-on, asking the host whether it answers. Once the link is up again the host answers and the
-worker is started there again; the job then ends 0 with every worker, nothing left on any
-host.
+link brought down); the launcher loses the worker when ssh's keepalive gives up on the host
+(no gRPC checks here: ``timeouts.unresponsive`` 0; a task that stops answering gRPC is lost
+the same way, tests/ssh/test_ssh_partition.py), its restarts are spent (``max_restarts`` 0)
+and, ``roles.worker.minimum`` holding, the job goes on, asking the host whether it answers.
+Once the link is up again the host answers and the worker is started there again; the job
+then ends 0 with every worker, nothing left on any host.
 
 The tasks are stand-ins (tests/ssh/jobs/sleeper.py: the ps and worker:1 answer
 TensorFlow's GetStatus through tests/fake_tf_server.py; the chief ends when the test says
@@ -19,10 +20,9 @@ import pytest
 from faults.harness import LaunchRun
 from ssh_specs import write_spec
 from support import PY_TF215, REPO
-from test_ssh_partition import answered, link
+from test_ssh_partition import link
 
 SLEEPER = str(REPO / "tests" / "ssh" / "jobs" / "sleeper.py")
-UNRESPONSIVE = 6
 
 pytestmark = pytest.mark.slow
 
@@ -57,14 +57,17 @@ def test_a_worker_whose_host_returns_is_started_again(hosts, tmp_path):
                       restart={"worker": {"policy": "on-failure", "max_restarts": 0}},
                       ssh=hosts.ssh_section(connect_timeout=2),
                       timeouts={"kill": 2, "finish": 5, "start": 60, "poll": 0.5,
-                                "unresponsive": UNRESPONSIVE})
+                                "unresponsive": 0})
     run = LaunchRun(spec)
     try:
-        assert answered(run, "worker:1", timeout=60), run.stderr_text()[-3000:]
+        assert starts(run, "worker:1", 1, timeout=60), run.stderr_text()[-3000:]
         time.sleep(1)
         link(h1, "down")
+        # ssh's keepalive: 3 unanswered questions 10 s apart
+        assert said(run, f"worker:1 lost the ssh connection to {h1.address} (", timeout=90), \
+            run.stderr_text()[-3000:]
         assert said(run, "restart budget spent (0 of 0 restarts of worker:1 used); going on "
-                         "with 1 of 2 workers", timeout=60), run.stderr_text()[-3000:]
+                         "with 1 of 2 workers", timeout=10), run.stderr_text()[-3000:]
         assert said(run, f"worker:1's host {h1.address} does not answer: worker:1 is started "
                          f"again once it does", timeout=60), run.stderr_text()[-3000:]
     finally:
