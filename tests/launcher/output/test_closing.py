@@ -24,7 +24,7 @@ def model_dir(tmp_path, *saves: int) -> CheckpointReader:
 
 
 def evaluated(reader: CheckpointReader, step: int) -> None:
-    (d := reader.fs).makedirs(reader._path("eval"), exist_ok=True)
+    (d := fsspec.filesystem("file")).makedirs(reader._path("eval"), exist_ok=True)
     d.pipe_file(reader._path("eval/events.out.tfevents.1.host"), tfrecord(step, b"\x0a\x02x"))
 
 
@@ -48,7 +48,7 @@ def test_no_checkpoint_although_max_steps_was_given(tmp_path):
 
 def test_keras_3_files_are_named_instead_of_no_checkpoint(tmp_path):
     reader = model_dir(tmp_path)
-    reader.fs.pipe_file(reader._path("ckpt_1.weights.h5"), b"\x89HDF")
+    fsspec.filesystem("file").pipe_file(reader._path("ckpt_1.weights.h5"), b"\x89HDF")
     c = final_read(reader, 1000, has_evaluator=False)
     assert len(c.notes) == 1 and c.notes[0].startswith(
         "no TensorFlow checkpoint in model_dir ") and "(ckpt_1.weights.h5)" in c.notes[0]
