@@ -30,6 +30,7 @@ from launcher.output.console import Console
 from launcher.output.progress import (
     NOTHING,
     NOTHING_AFTER,
+    QUIET_AFTER,
     JobState,
     output_progress,
     progress_line,
@@ -150,7 +151,8 @@ class CoordinatorMonitor:
         started = self._started if self._started is not None else now
         steps = self.console.steps
         line = progress_line(p, now - started, self._restarts, now, silent, state,
-                             output_progress(steps, p, now, started), steps.moving_at(),
+                             output_progress(steps, p, now, started),
+                             steps.moving(now, QUIET_AFTER),
                              self._nothing(p, now - started))
         once = EMPTY in line and EMPTY in last     # said once: nothing new to say
         changed = COUNTDOWN.sub("", line) != COUNTDOWN.sub("", last)  # not the time left alone

@@ -13,6 +13,7 @@ from typing import IO, Any
 
 from launcher.output.console import Console
 from launcher.output.progress import (
+    QUIET_AFTER,
     OutputProgress,
     duration_text,
     eval_text,
@@ -111,7 +112,8 @@ class LiveConsole(Console):
                           completed=float(min(step or 0, total or 0)), width=32)
         now = time.monotonic()
         output = output_progress(self.steps, p, now, self._began) if p is not None else None
-        words = status_words(p, step, total, self._state, output, self.steps.moving_at())
+        words = status_words(p, step, total, self._state, output,
+                             self.steps.moving(now, QUIET_AFTER))
         stopping, why = self._stopping
         if stopping:        # no rate nor ETA while the launcher stops tasks
             words = " · ".join([words.split(" · ")[0], f"stopping {', '.join(stopping)}: {why}"])

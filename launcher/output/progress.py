@@ -55,6 +55,7 @@ class OutputProgress:
     age: float                   # s since the line that showed it
     estimated: bool = False      # steps since model_dir's step, from global_step/sec
     rate: float | None = None    # the steps/s the trainer reported
+    quiet_after: float = 10.0    # s after which its age means no new step came
 
     def source(self) -> str:
         if self.estimated:
@@ -71,16 +72,18 @@ def output_progress(steps: TrainerSteps | None, p: Progress, now: float, since: 
         return None
     known = p.latest_step
     known_at = p.step_at if p.step_at is not None and known is not None else since
+    quiet = steps.quiet_after(QUIET_AFTER)
     newest, shown = steps.newest(), None
-    if newest is not None and (known is None or newest.step > known):
+    if newest is not None and (known is None or newest.step > known) and \
+            (now - newest.at < quiet or newest.at >= known_at):    # the fresher source
         known, known_at = newest.step, newest.at
-        shown = OutputProgress(newest.step, newest.task, now - newest.at)
+        shown = OutputProgress(newest.step, newest.task, now - newest.at, quiet_after=quiet)
     rate = steps.rate()         # steps since the newest known one, from global_step/sec
     estimate = steps.estimate(known_at) if rate is not None and rate[2] > known_at else None
     if rate is None or estimate is None or estimate[0] <= 0:
         return shown
     return OutputProgress((known or 0) + estimate[0], estimate[1], now - rate[2],
-                          estimated=True, rate=rate[1])
+                          estimated=True, rate=rate[1], quiet_after=quiet)
 
 
 def duration_text(secs: float) -> str:
@@ -107,10 +110,11 @@ def rate_words(p: Progress, now: float | None, moving_at: float | None = None) -
     """The rate and ETA ("66.2 steps/s", "ETA 7s"), or, when no new step came for
     QUIET_AFTER s before ``now`` (a monotonic time), "no new step for 45s" instead: old
     figures are never shown as current. ``moving_at``: when a trainer's output last showed
-    a step or a rate (then steps are moving: no rate from model_dir, and no "no new step")."""
+    a step or a rate, while that counts as moving (TrainerSteps.moving): then no rate from
+    model_dir, and no "no new step"."""
     quiet = None if now is None or p.step_at is None else now - p.step_at
     if quiet is not None and quiet >= QUIET_AFTER and not p.reached_max_steps:
-        if moving_at is not None and now is not None and now - moving_at < QUIET_AFTER:
+        if moving_at is not None and now is not None:
             return [f"steps moving in the trainers' output {duration_text(now - moving_at)} "
                     f"ago, none new in model_dir for {duration_text(quiet)}"]
         return [f"no new step for {duration_text(quiet)}"]
@@ -169,7 +173,7 @@ def step_text(step: int, max_steps: int | None, estimated: bool = False) -> str:
 
 def output_words(output: OutputProgress) -> list[str]:
     """Where an output step comes from, how old it is, the rate a trainer reported."""
-    if output.age >= QUIET_AFTER:
+    if output.age >= output.quiet_after:
         return [f"no new step for {duration_text(output.age)} ({output.task}'s output)"]
     words = [output.source()]
     if output.rate is not None:

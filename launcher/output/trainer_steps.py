@@ -54,6 +54,8 @@ class OutputStep:
 class _Task:
     step: int | None = None
     step_at: float = 0.0
+    every: float = 0.0       # s between its last two step or rate lines
+    last_at: float | None = None
     epoch: int = 1
     per_epoch: int | None = None
     rates: collections.deque = None  # type: ignore[assignment]
@@ -91,6 +93,7 @@ class TrainerSteps:
             m = RATE_LINE.search(text)
             if m:
                 task.rates.append((now, float(m.group(1))))
+                self._beat(task, now)
                 return
             m = EPOCH_LINE.match(text)
             if m:
@@ -104,10 +107,30 @@ class TrainerSteps:
                 per_epoch = task.per_epoch or 0
                 self._set(task, (task.epoch - 1) * per_epoch + done, now)
 
-    @staticmethod
-    def _set(task: _Task, step: int, now: float) -> None:
+    @classmethod
+    def _set(cls, task: _Task, step: int, now: float) -> None:
         if step != task.step:
             task.step, task.step_at = step, now
+            cls._beat(task, now)
+
+    @staticmethod
+    def _beat(task: _Task, now: float) -> None:
+        if task.last_at is not None:
+            task.every = now - task.last_at
+        task.last_at = now
+
+    def quiet_after(self, least: float) -> float:
+        """Seconds without a new line after which the trainers' output counts as quiet:
+        ``least``, or twice the longest interval between a task's last two lines (an
+        Estimator logs its step every 100 steps: 20 s apart at 5 steps/s)."""
+        with self._lock:
+            return max([least] + [2 * t.every for t in self._tasks.values()])
+
+    def moving(self, now: float, least: float) -> float | None:
+        """When a trainer's output last showed a new step or a rate, while that counts as
+        moving (``quiet_after``); None once quiet."""
+        at = self.moving_at()
+        return at if at is not None and now - at < self.quiet_after(least) else None
 
     def newest(self) -> OutputStep | None:
         """The highest step any trainer's output showed, the latest such line's."""

@@ -207,3 +207,36 @@ def test_rates_after_a_step_line_estimate_from_that_step():
     assert (out.step, out.estimated, out.age) == (14 + 1000, True, 0.0)
     assert "no new step" not in progress_line(p, 20, now=clock(), output=out,
                                               moving_at=steps.moving_at())
+
+
+def test_the_output_s_own_cadence_says_when_it_is_quiet():
+    """An Estimator logs its step every 100 steps: 20 s apart at 5 steps/s. 15 s after its
+    last line it is not 'no new step'; 45 s after, it is."""
+    clock = FakeClock()
+    steps = TrainerSteps(clock)
+    for step in (0, 100, 200):
+        steps.see("chief:0", f"INFO:tensorflow:loss = 0.3, step = {step} (20.0 sec)")
+        clock.sleep(20)
+    p = Progress(max_steps=1000, checkpoint=CKPT0, step_at=0.0)
+    clock.now = 55.0
+    line = progress_line(p, 55, now=55.0, output=output_progress(steps, p, 55.0, 0.0),
+                         moving_at=steps.moving(55.0, 10.0))
+    assert line == "progress: step 200/1000 (20%), from chief:0's output 15s ago, " \
+                   "checkpoint model.ckpt-0"
+    line = progress_line(p, 85, now=85.0, output=output_progress(steps, p, 85.0, 0.0),
+                         moving_at=steps.moving(85.0, 10.0))
+    assert "no new step for 45s (chief:0's output)" in line
+
+
+def test_an_older_output_step_gives_way_to_a_fresher_model_dir():
+    """A worker's step line at 25 s (step 202) and the events file's step 201 seen at 30 s:
+    at 45 s the line is model_dir's, not 'no new step' from an older source."""
+    clock = FakeClock()
+    steps = TrainerSteps(clock)
+    clock.now = 25.0
+    steps.see("worker:0", "INFO:tensorflow:loss = 0.3, step = 202 (0.3 sec)")
+    ckpt = Checkpoint("model.ckpt-200", "/m/model.ckpt-200", 200, "estimator", 1, 200)
+    p = Progress(max_steps=602, checkpoint=ckpt, events_step=201, step_at=30.0,
+                 steps_per_sec=17.0)
+    assert output_progress(steps, p, 45.0, 0.0) is None
+    assert output_progress(steps, p, 31.0, 0.0).step == 202     # fresh: still ahead
