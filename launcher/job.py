@@ -132,11 +132,6 @@ class Job:
         self.unwritten.failed("events.jsonl", error)
 
     # ------------------------------------------------------------------ queries
-    @property
-    def restart_count(self) -> int:
-        """Restart incidents so far (a cluster restart is one, whatever it restarted)."""
-        return len(self.incidents)
-
     def snapshot(self) -> list[TaskState]:
         """Every task now, as monitors, the end rules and the run registry see it. A task
         the job loop is about to restart is alive: its restart policy already acted."""

@@ -259,3 +259,9 @@ def fake_gpus(where: Path, counts: int | dict[str, int]) -> str:
                        f"exec {sys.executable} {FAKE_NVIDIA_SMI} \"$@\"\n")
     wrapper.chmod(0o755)
     return str(folder)
+
+
+def read_events(path: str) -> list[dict]:
+    """A run's events.jsonl, one dict per line."""
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]

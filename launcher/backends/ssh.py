@@ -41,7 +41,6 @@ from launcher.backends import remote_bootstrap, workdir_sync
 from launcher.backends.base import Backend, ProbeResult, RelayedOutput, TaskHandle
 from launcher.backends.environment import check_item
 from launcher.backends.options import option
-from launcher.backends.options import parse as parse_section
 from launcher.backends.processes import dies_with_parent
 from launcher.backends.storage_check import probe_python
 from launcher.checks import expect_str
@@ -115,10 +114,6 @@ class SSHOptions:
                            doc="where each host keeps the copies (relative: to the login "
                                "directory)")
 
-
-
-def parse_options(raw: dict[str, Any] | None, where: str = "ssh") -> SSHOptions:
-    return parse_section(SSHOptions, raw, where)
 
 
 def _ssh_path(path: str) -> str:

@@ -29,7 +29,3 @@ class EventLog:
             if self.on_error is not None:
                 self.on_error(e)
 
-
-def read_events(path: str) -> list[dict]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]

@@ -9,7 +9,7 @@ import pytest
 from support import run_launch
 
 from launcher.backends.remote_bootstrap import STUB
-from launcher.backends.ssh import SSHBackend, explain_ssh_error, parse_options, remote_command
+from launcher.backends.ssh import SSHBackend, explain_ssh_error, remote_command
 from launcher.errors import SpecError
 
 
@@ -35,7 +35,7 @@ def backend(section: dict | None = None) -> SSHBackend:
 ])
 def test_bad_ssh_section_names_the_field(section, field, words):
     with pytest.raises(SpecError) as err:
-        parse_options(section)
+        SSHBackend.validate_options(section, "ssh")
     assert err.value.field == field
     assert words in err.value.message
 
@@ -76,7 +76,7 @@ def test_remote_command_holds_nothing_of_the_task():
 def test_ssh_errors_explained():
     changed = ("@@@@@@@@\n@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @\n"
                "Host key verification failed.\n")
-    opts = parse_options({"known_hosts_file": "/k/kh"})
+    opts = SSHBackend.validate_options({"known_hosts_file": "/k/kh"}, "ssh")
     assert "does not match the one in /k/kh" in explain_ssh_error(changed, opts)
     assert explain_ssh_error("root@h: Permission denied (publickey).", opts).startswith(
         "authentication failed")

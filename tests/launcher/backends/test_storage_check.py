@@ -11,7 +11,7 @@ from pathlib import Path
 import fsspec
 import pytest
 from coordinator.tf_writes import FakeTrainer
-from support import PY_TF215, run_launch
+from support import PY_TF215, read_events, run_launch
 
 from launcher.api import parse_spec
 from launcher.backends.local import LocalBackend
@@ -20,7 +20,7 @@ from launcher.errors import PreflightError
 from launcher.output.console import Console
 from launcher.output.progress import progress_line
 from launcher.plan import build_plan
-from launcher.records.events import EventLog, read_events
+from launcher.records.events import EventLog
 from orchestrator.coordinator import Progress
 
 SLEEP = ["-c", "import time; time.sleep(30)"]

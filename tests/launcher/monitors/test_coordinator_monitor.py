@@ -8,10 +8,11 @@ from dataclasses import replace
 
 import fsspec
 from coordinator.tf_writes import FakeTrainer
+from support import read_events
 
 from launcher.monitors.coordinator import CoordinatorMonitor
 from launcher.output.console import Console
-from launcher.records.events import EventLog, read_events
+from launcher.records.events import EventLog
 from orchestrator.coordinator import Coordinator
 from orchestrator.decisions import TaskState
 

@@ -10,14 +10,14 @@ import os
 import signal
 
 from scripted_backend import Lines, Script, ScriptedBackend
-from support import FakeClock
+from support import FakeClock, read_events
 
 from launcher.api import parse_spec
 from launcher.job import Job
 from launcher.monitors.liveness import Answer, Liveness, LivenessMonitor
 from launcher.output.console import Console
 from launcher.plan import build_plan
-from launcher.records.events import EventLog, read_events
+from launcher.records.events import EventLog
 from orchestrator.decisions import LOST, TaskState
 
 OK = Answer(True, "OK")
