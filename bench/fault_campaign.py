@@ -20,7 +20,7 @@ worker on h3), the link of the target's host brought down mid-training, and up a
 detection (the ``task_unresponsive`` event), what the job did, and the seconds until
 nothing was left on any host once the link was back and `launch` had ended.
 
-Damaged run records and model_dir (``--records``, issue 21): an Estimator job whose run_dir
+Damaged run records and model_dir (``--records``): an Estimator job whose run_dir
 (a 4 MB tmpfs) is filled to the last byte mid-training (``run-dir-full``), whose run_dir is
 removed mid-training (``run-dir-removed``), and a second ``launch`` of the same spec while
 the first trains (``lease-contention``: it must be refused in one line, exit 2, and start

@@ -198,7 +198,7 @@ def test_an_image_not_on_the_engine_is_refused_before_anything_starts(engine, tm
 def test_a_command_missing_in_the_image_is_one_line_and_exit_status_2(engine, image,
                                                                        tmp_path):
     """The container's init cannot exec the command: one line naming the task, the command
-    and the image, exit status 2, no container left (issue 21)."""
+    and the image, exit status 2, no container left."""
     spec = write_spec(tmp_path, docker_spec("/nowhere/model", command=["no-such-trainer"],
                                             check_storage=False))
     done = run_launch(spec, "--run-dir", str(tmp_path / "run"), timeout=180)

@@ -1,8 +1,8 @@
 """A run directory that cannot take what the launcher writes: a full disk (a 64 KB tmpfs
 that fills mid-job with two chatty tasks) and a run directory removed mid-run. The job is
 never hung and never a traceback: the pumps keep draining the tasks' output, each loss is
-said once in one line, the job ends by itself, and the closing lines say what was dropped
-(issue 21). Training itself is in model_dir, which is elsewhere."""
+said once in one line, the job ends by itself, and the closing lines say what was dropped.
+Training itself is in model_dir, which is elsewhere."""
 
 from __future__ import annotations
 

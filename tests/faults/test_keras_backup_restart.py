@@ -2,7 +2,7 @@
 SIGKILLed mid-training: the launcher stops its peer for the cluster restart (TensorFlow
 takes seconds to exit, longer than the 1 s back-off), restarts both, and Keras'
 BackupAndRestore resumes from its backup; the job ends 0 with the default timeouts
-(issue 21: the launcher crashed with a TypeError there)."""
+(the launcher once crashed with a TypeError there)."""
 
 from __future__ import annotations
 

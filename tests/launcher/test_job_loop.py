@@ -39,7 +39,7 @@ def test_tasks_start_ps_first_and_evaluator_last(tmp_path):
 def test_chief_success_ends_the_job_and_stops_the_ps(tmp_path):
     """Asynchronous training (a ps): only the chief saves, so once it exited 0 the workers
     add nothing; past Estimator's start delay they get WORKER_GRACE to end with it, then the
-    ps is stopped (issue 10)."""
+    ps is stopped."""
     backend = ScriptedBackend({"chief:0": [Script(exit_at=70)], "worker:0": [Script(exit_at=99)],
                                "worker:1": [Script(exit_at=70 + WORKER_GRACE - 1)]})
     result, out = run_job(spec(), backend, tmp_path)

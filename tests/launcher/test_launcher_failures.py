@@ -1,4 +1,4 @@
-"""The launcher's own failures and refused commands, on the scripted backend (issue 21):
+"""The launcher's own failures and refused commands, on the scripted backend:
 - the job loop catches its own failure (a monitor or a backend that raises): every task is
   stopped in order, the result says in one line that it is the launcher's fault, and the
   traceback is in run_dir/launcher-error.txt;

@@ -3,7 +3,7 @@ reap and the back-off: one worker is SIGKILLed, the launcher stops its peer for 
 cluster restart, and the peer takes its time to exit (TensorFlow answers SIGTERM with its
 own ``UnavailableError ... Socket closed``). The peer's exit belongs to the attempt the
 launcher stopped: it is never judged as the restarted attempt's exit, nor as the user's
-error; the cluster restarts once and the job ends 0 (issue 21)."""
+error; the cluster restarts once and the job ends 0."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def peer(term_takes: float | None, term_status: int | None, lines: list[str]) ->
 
 
 # (term_takes, backoff): the peer exits within the back-off; after the back-off but within
-# timeouts.kill (the race of issue 21); only at SIGKILL; with no back-off at all.
+# timeouts.kill (a race once seen); only at SIGKILL; with no back-off at all.
 TIMINGS = [(0.4, 1.0), (1.4, 1.0), (None, 1.0), (1.4, 0.0), (0.0, 0.0), (2.9, 2.9)]
 # how the stopped peer exits: killed by SIGTERM; TensorFlow's own error exit; an error
 # exit that reads like the user's code (it must still not be judged: the launcher stopped it)

@@ -1,4 +1,4 @@
-"""Hundreds of real local tasks from one launcher (issue 20): 200 sleeping workers, a chief
+"""Hundreds of real local tasks from one launcher: 200 sleeping workers, a chief
 and 2 ps that wait. Every task starts and ends well, the console shows one line per role
 and summary.json keeps every row. The workers print at once as they start: one thread
 reads every task's output (launcher/output/reader.py), and each log still holds its own

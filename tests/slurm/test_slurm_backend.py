@@ -218,7 +218,7 @@ def test_ctrl_c_while_the_allocation_is_pending_cancels_it(tmp_path, slurm_env, 
 def test_a_step_whose_exec_fails_is_one_line_from_slurmstepd(tmp_path, slurm_env,
                                                              slurm_cluster):
     """The program lost its #! line between the check and the start: slurmstepd's words
-    (through srun) become one line naming the task, the command and the node (issue 21)."""
+    (through srun) become one line naming the task, the command and the node."""
     from launcher import api
 
     program = tmp_path / "train"

@@ -89,7 +89,7 @@ def test_probes_before_and_after_start_and_group_signals(hosts):
 
 def test_a_command_refused_at_its_start_is_one_line_from_its_host(hosts):
     """The program changed between the check and the start (no #! line any more): the
-    bootstrap words the kernel's refusal on the host, in one line (issue 21)."""
+    bootstrap words the kernel's refusal on the host, in one line."""
     program = hosts.workdir / "refused-train"
     program.write_text("#!/bin/sh\nexit 0\n")
     program.chmod(0o755)
