@@ -126,6 +126,8 @@ class RestartBook:
         return self._decide(role, name, LOST, reason)
 
     def _decide(self, role: str, name: str, kind: str, what: str) -> Decision:
+        if name in self.dropped:    # a late word about a worker the job went on without
+            return Decision(IGNORE, f"{what} (the job already goes on without {name})")
         policy = self.policy_for(role)
         if policy.policy == NEVER:
             return Decision(FAIL, f"{what}; restart policy of {role} is never")

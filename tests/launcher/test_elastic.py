@@ -12,6 +12,9 @@ from scripted_backend import Script, ScriptedBackend, run_job
 
 from launcher.api import parse_spec
 from launcher.errors import SpecError
+from launcher.restarts import RestartBook
+from orchestrator.decisions import DROP, FAIL, IGNORE
+from orchestrator.policies import RestartPolicy
 
 pytestmark = pytest.mark.usefixtures("scripted_backend")
 
@@ -76,6 +79,25 @@ def test_the_minimum_broken_fails_the_job_as_without_one(tmp_path):
                              "than roles.worker.minimum 1")
     assert any(line.startswith("worker:0 was killed by SIGKILL; restart budget spent")
                and "going on with 1 of 2 workers" in line for line in said(out))
+
+
+def test_the_judge_drops_each_worker_once_and_counts_what_is_left():
+    """A late loss reported for a worker already dropped changes nothing; the next worker's
+    drop counts the first one out."""
+    spent = RestartPolicy("on-failure", 0)
+    book = RestartBook({"worker": spent, "chief": spent}, minimum={"worker": 1},
+                       counts={"worker": 3, "chief": 1}, primary="chief:0")
+    assert book.judge_lost("worker", "worker:2", "worker:2 is silent").action == DROP
+    assert book.judge_lost("worker", "worker:2", "worker:2 is silent").action == IGNORE
+    assert book.judge_lost("worker", "worker:1", "worker:1 is silent").action == DROP
+    last = book.judge_lost("worker", "worker:0", "worker:0 is silent")
+    assert last.action == FAIL and "0 of 3 workers would be left" in last.reason
+    assert book.judge_lost("chief", "chief:0", "chief:0 is silent").action == FAIL
+    # without a chief, worker 0 is the primary task: it saves, it is never dropped
+    book = RestartBook({"worker": spent}, minimum={"worker": 0}, counts={"worker": 2},
+                       primary="worker:0")
+    assert book.judge_lost("worker", "worker:0", "worker:0 is silent").action == FAIL
+    assert book.judge_lost("worker", "worker:1", "worker:1 is silent").action == DROP
 
 
 def test_without_a_minimum_a_spent_worker_fails_the_job(tmp_path):
