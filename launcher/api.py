@@ -56,6 +56,7 @@ class RunOptions:
     run_id: str | None = None
     detach: bool = False
     force: bool = False             # take model_dir's lease even from a run that may live
+    root: str | None = None         # the run root: where runs go and are listed (--root)
 
 
 @dataclass
@@ -207,7 +208,7 @@ def start(spec: Spec, backend: Backend, command: list[str] | None, options: RunO
 
     command = list(command) if command is not None else None
     check_fsspec_driver(spec.model_dir)
-    check_run_dir(options.run_dir or spec.run_dir or runs_root())
+    check_run_dir(options.run_dir or options.root or spec.run_dir or runs_root())
     check_lease(spec, options)
     backend.prepare()
     try:
@@ -309,10 +310,12 @@ def render_dry_run(plan: JobPlan, backend: Backend, as_json: bool = False, extra
     return "\n".join(lines)
 
 
-def default_run_dir(spec: Spec, run_id: str) -> str:
+def default_run_dir(spec: Spec, run_id: str, root: str | None = None) -> str:
+    """ROOT/RUN_ID: the root of ``--root``, else the spec's ``run_dir``, else
+    $TFCLUSTER_RUNS, else .tfcluster/runs."""
     from launcher.records.registry import runs_root
 
-    return os.path.join(spec.run_dir or runs_root(), run_id)
+    return os.path.join(root or spec.run_dir or runs_root(), run_id)
 
 
 def execute(spec: Spec, backend: Backend, plan: JobPlan, command: list[str] | None,
@@ -324,7 +327,7 @@ def execute(spec: Spec, backend: Backend, plan: JobPlan, command: list[str] | No
     from launcher.output.terminal import make_console
     from launcher.records.registry import RunLog, open_state
 
-    run_dir = args.run_dir or default_run_dir(spec, plan.run_id)
+    run_dir = args.run_dir or default_run_dir(spec, plan.run_id, getattr(args, "root", None))
     os.makedirs(run_dir, exist_ok=True)
     state = open_state(run_dir, plan, backend, args)
     state.on_running = on_running

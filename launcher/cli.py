@@ -66,8 +66,13 @@ def _parser() -> argparse.ArgumentParser:
                    help="run on this machine whatever the spec's backend, every host mapped "
                         "to localhost")
     p.add_argument("--run-dir", metavar="DIR",
-                   help="where logs, events and the summary go (default: spec's run_dir, "
-                        "else .tfcluster/runs/RUN_ID)")
+                   help="where logs, events and the summary go (default: ROOT/RUN_ID, ROOT: "
+                        "--root, else the spec's run_dir, else $TFCLUSTER_RUNS, else "
+                        ".tfcluster/runs)")
+    p.add_argument("--root", metavar="DIR",
+                   help="the run root, as for every run command: runs go to DIR/RUN_ID and "
+                        "a run kept elsewhere (--run-dir) is listed there (default: "
+                        "$TFCLUSTER_RUNS, else .tfcluster/runs)")
     p.add_argument("--quiet", "-q", action="store_true",
                    help="do not stream the tasks' output (it is still kept in the run dir)")
     p.add_argument("--verbose", "-v", action="store_true",
@@ -110,7 +115,8 @@ def parse_args(argv: list[str]) -> tuple[LaunchOptions, list[str] | None]:
     args = LaunchOptions(
         spec=ns.spec, local=ns.local, quiet=ns.quiet, verbose=ns.verbose, run_dir=ns.run_dir,
         retrain=ns.retrain, run_id=ns.run_id, detach=ns.detach, force=ns.force,
-        dry_run=ns.dry_run, json=ns.json, every=ns.all, in_allocation=ns.in_allocation)
+        root=ns.root, dry_run=ns.dry_run, json=ns.json, every=ns.all,
+        in_allocation=ns.in_allocation)
     return args, command
 
 

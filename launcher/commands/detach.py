@@ -40,19 +40,24 @@ def relaunch_argv(args: RunOptions, command: list[str] | None, run_dir: str,
         argv.append("--retrain")
     if args.force:
         argv.append("--force")
+    if args.root:
+        argv += ["--root", os.path.abspath(args.root)]
     if command:
         argv += ["--", *command]
     return argv
 
 
-def follow_commands(run_id: str, run_dir: str) -> list[str]:
+def follow_commands(run_id: str, run_dir: str, root: str | None = None) -> list[str]:
+    """`launch status/logs/cancel` of the run: by its id where the run root lists it
+    (with ``--root ROOT`` when the launch was given one), else by its directory."""
     from launcher.records.registry import RunError, find_run
 
     try:
-        ref = run_id if os.path.samefile(find_run(run_id), run_dir) else run_dir
+        ref = run_id if os.path.samefile(find_run(run_id, root), run_dir) else run_dir
     except (RunError, OSError):
         ref = run_dir
-    return [f"launch {verb} {shlex.quote(ref)}" for verb in ("status", "logs", "cancel")]
+    where = f" --root {shlex.quote(root)}" if root and ref == run_id else ""
+    return [f"launch {verb} {shlex.quote(ref)}{where}" for verb in ("status", "logs", "cancel")]
 
 
 def detach(spec: Spec, backend: Backend, command: list[str] | None,
@@ -63,31 +68,32 @@ def detach(spec: Spec, backend: Backend, command: list[str] | None,
         check_lease(spec, args)
     if backend.detached_by_engine:
         plan = make_plan(spec, backend, command, run_id=args.run_id)
-        run_dir = os.path.abspath(args.run_dir or default_run_dir(spec, plan.run_id))
+        run_dir = os.path.abspath(args.run_dir or default_run_dir(spec, plan.run_id, args.root))
         relaunch = relaunch_argv(args, command, run_dir, plan.run_id)
         if args.dry_run:
             print(render_dry_run(plan, backend, as_json=args.json, every=args.every,
                                  extra=backend.describe_detached(plan, run_dir, relaunch)))
             return 0
-        return _submit(spec, backend, plan, run_dir, relaunch)
+        return _submit(spec, backend, plan, run_dir, relaunch, args.root)
     if args.dry_run:
         print(render_dry_run(make_plan(spec, backend, command), backend, as_json=args.json,
                              every=args.every))
         return 0
     backend.prepare()
     plan = make_plan(spec, backend, command, run_id=args.run_id)
-    run_dir = os.path.abspath(args.run_dir or default_run_dir(spec, plan.run_id))
+    run_dir = os.path.abspath(args.run_dir or default_run_dir(spec, plan.run_id, args.root))
     return _daemon(spec, backend, plan, command, args, run_dir)
 
 
 def _submit(spec: Spec, backend: Backend, plan: JobPlan, run_dir: str,
-            relaunch: list[str]) -> int:
+            relaunch: list[str], root: str | None) -> int:
     from launcher.api import write_plan
-    from launcher.records.registry import RunState
+    from launcher.records.registry import RunState, link_run
 
     os.makedirs(run_dir, exist_ok=True)
     state = RunState(run_dir, plan.run_id, plan.name, backend.name, max_steps=plan.max_steps,
                      detached=True, spec_path=spec.source, state="queued")
+    link_run(run_dir, plan.run_id, root)
     write_plan(run_dir, plan)
     try:
         handle = backend.submit(plan, run_dir, relaunch)
@@ -95,13 +101,13 @@ def _submit(spec: Spec, backend: Backend, plan: JobPlan, run_dir: str,
         state.update(state="failed", reason=str(e), status=e.exit_status)
         raise
     state.update(handle=handle, launcher={})
-    _announce(plan.run_id, run_dir, f"submitted as {backend.describe_handle(handle)}")
+    _announce(plan.run_id, run_dir, f"submitted as {backend.describe_handle(handle)}", root)
     return 0
 
 
-def _announce(run_id: str, run_dir: str, how: str) -> None:
+def _announce(run_id: str, run_dir: str, how: str, root: str | None) -> None:
     print(f"run {run_id} {how}; run dir {run_dir}")
-    for line in follow_commands(run_id, run_dir):
+    for line in follow_commands(run_id, run_dir, root):
         print(f"  {line}")
     sys.stdout.flush()
 
@@ -123,7 +129,8 @@ def _daemon(spec: Spec, backend: Backend, plan: JobPlan, command: list[str] | No
     with os.fdopen(read_end, "rb") as pipe:
         word = pipe.read().decode(errors="replace").strip()
     if word.startswith("ready"):
-        _announce(plan.run_id, run_dir, f"detached (launcher pid {word.split()[1]})")
+        _announce(plan.run_id, run_dir, f"detached (launcher pid {word.split()[1]})",
+                  args.root)
         return 0
     if word.startswith("error"):
         _, status, message = word.split(" ", 2)

@@ -220,7 +220,8 @@ def read_state(run_dir: str) -> dict:
 
 def find_run(run: str, root: str | None = None) -> str:
     """The run directory of RUN: a path to a run directory, or a run id (or a unique
-    prefix of one) under the run root."""
+    prefix of one) of a run listed under the run root: a run directory there (by its name
+    or the id in its state), or the link a run kept elsewhere left there (``link_run``)."""
     if os.path.isfile(os.path.join(run, STATE_FILE)):
         return run
     if os.sep in run and os.path.isdir(run):
@@ -230,23 +231,74 @@ def find_run(run: str, root: str | None = None) -> str:
     if os.path.isfile(os.path.join(exact, STATE_FILE)):
         return exact
     if os.sep not in run:
-        matches = [d for d in _run_dirs(base) if os.path.basename(d).startswith(run)]
+        ids = _run_ids(base)
+        matches = [d for d, i in ids if i == run] or \
+            [d for d, i in ids if i.startswith(run) or os.path.basename(d).startswith(run)]
         if len(matches) == 1:
             return matches[0]
         if len(matches) > 1:
             raise RunError(f"run id {run!r} is ambiguous under {base}: "
-                           + ", ".join(sorted(os.path.basename(m) for m in matches)))
+                           + ", ".join(sorted(i for d, i in ids if d in matches)))
     raise RunError(f"no run {run!r} under {base} (`launch list` shows the runs; give "
                    "--root for another run root)")
 
 
+def _run_ids(base: str) -> list[tuple[str, str]]:
+    """(run directory, run id) of every run under ``base``: the id its state names (its
+    directory's name when the state cannot be read)."""
+    found = []
+    for d in _run_dirs(base):
+        try:
+            with open(os.path.join(d, STATE_FILE), encoding="utf-8") as f:
+                run_id = json.load(f).get("run_id")
+        except (OSError, ValueError, AttributeError):
+            run_id = None
+        found.append((d, run_id if isinstance(run_id, str) else os.path.basename(d)))
+    return found
+
+
 def _run_dirs(base: str) -> list[str]:
+    """The run directories under ``base`` (links to those kept elsewhere included), each
+    once."""
     try:
-        entries = os.listdir(base)
+        entries = sorted(os.listdir(base))
     except OSError:
         return []
-    return [os.path.join(base, e) for e in entries
-            if os.path.isfile(os.path.join(base, e, STATE_FILE))]
+    found, seen = [], set()
+    for e in entries:
+        d = os.path.join(base, e)
+        if not os.path.isfile(os.path.join(d, STATE_FILE)):
+            continue            # not a run, or a link whose run directory was removed
+        real = os.path.realpath(d)
+        if real not in seen:
+            seen.add(real)
+            found.append(d)
+    return found
+
+
+def link_run(run_dir: str, run_id: str, root: str | None = None) -> str | None:
+    """List a run kept outside the run root (``--run-dir``, a spec's ``run_dir``) there:
+    a link ROOT/RUN_ID to its directory, so that `launch list` shows it and
+    `status`/`logs`/`cancel` take its id. The link's path, None when the run directory is
+    in the root already (or the root cannot take a link: the run is then found by its
+    directory)."""
+    base = runs_root(root)
+    target = os.path.abspath(run_dir)
+    link = os.path.join(base, run_id)
+    if os.path.dirname(target) == os.path.abspath(base):
+        return None
+    try:
+        if os.path.islink(link) and os.path.realpath(link) == os.path.realpath(target):
+            return link
+        if os.path.lexists(link) and not os.path.islink(link):
+            return None         # a run directory of that name: never replaced
+        os.makedirs(base, exist_ok=True)
+        tmp = f"{link}.tmp-{os.getpid()}"
+        os.symlink(target, tmp)
+        os.replace(tmp, link)
+    except OSError:
+        return None
+    return link
 
 
 def list_runs(root: str | None = None) -> list[tuple[str, dict | RunError]]:
@@ -463,6 +515,7 @@ def open_state(run_dir: str, plan: Any, backend: Any, args: Any) -> RunState:
                   handle=backend.run_handle())
     resumed = attempt or backend.inside_job     # the submitting launch wrote the state first
     state = RunState.resume(run_dir, **kwargs) if resumed else RunState(run_dir, **kwargs)
+    link_run(run_dir, plan.run_id, getattr(args, "root", None))
     if attempt:
         keep_old_logs(run_dir, attempt)
     state.update()

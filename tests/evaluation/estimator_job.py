@@ -80,6 +80,34 @@ def SlowSteps(seconds: float):
     return Hook()
 
 
+def EvaluatedBeforeOn(model_dir: str, bound: float = 180.0):
+    """A hook that holds the chief after each new checkpoint until the evaluator recorded
+    its evaluation in the metrics file (at most ``bound`` s): the evaluator then evaluates
+    every checkpoint, whatever the machine's load, instead of those it happens to catch."""
+    import time
+
+    import tensorflow as tf
+
+    from orchestrator.metrics_file import read_metrics
+
+    class Hook(tf.estimator.SessionRunHook):
+        seen: str | None = None
+
+        def after_run(self, run_context, run_values):
+            newest = tf.train.latest_checkpoint(model_dir)
+            if newest is None or newest == self.seen:
+                return
+            self.seen = newest
+            name = os.path.basename(newest)
+            deadline = time.monotonic() + bound
+            while time.monotonic() < deadline and not any(
+                    os.path.basename(r.checkpoint) == name and r.split == "eval"
+                    for r in read_metrics(model_dir)):
+                time.sleep(0.2)
+
+    return Hook()
+
+
 def run_task() -> None:
     import tensorflow as tf
 
@@ -97,6 +125,8 @@ def run_task() -> None:
         return
     max_steps = int(os.environ["TFCLUSTER_MAX_STEPS"])
     hooks = [SlowSteps(float(os.environ.get("JOB_STEP_SLEEP", "0")))]
+    if task == "chief" and os.environ.get("JOB_EVALUATE_EACH"):
+        hooks.append(EvaluatedBeforeOn(model_dir))
     tf.estimator.train_and_evaluate(
         est, tf.estimator.TrainSpec(input_fn("train", repeat=True), max_steps=max_steps,
                                     hooks=hooks),

@@ -24,11 +24,14 @@ from orchestrator.tfformats import scalars_in_dir
 pytestmark = pytest.mark.tf
 JOB = REPO / "tests" / "evaluation" / "estimator_job.py"
 MAX_STEPS = 400
+SAVE_STEPS = 100
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """One job for the whole module: 400 steps, a checkpoint every 40, only 3 kept."""
+    """One job for the whole module: 400 steps, a checkpoint every 100, only 3 kept. The
+    chief waits after each checkpoint until the evaluator recorded it (JOB_EVALUATE_EACH):
+    which checkpoints get evaluated never depends on the machine's load."""
     tmp = tmp_path_factory.mktemp("estimator_run")
     spec = {
         "name": "evaltest",
@@ -37,7 +40,8 @@ def run(tmp_path_factory):
         "command": [PY_TF215, str(JOB)],
         "model_dir": str(tmp / "model"),
         "max_steps": MAX_STEPS,
-        "env": {"JOB_STEP_SLEEP": "0.03", "JOB_SAVE_STEPS": "40", "JOB_KEEP": "3"},
+        "env": {"JOB_STEP_SLEEP": "0.03", "JOB_SAVE_STEPS": str(SAVE_STEPS), "JOB_KEEP": "3",
+                "JOB_EVALUATE_EACH": "1"},
     }
     (tmp / "spec.json").write_text(json.dumps(spec))
     proc = run_launch(str(tmp / "spec.json"), "--quiet", "--run-dir", str(tmp / "run"),
@@ -69,9 +73,10 @@ def test_metrics_file_holds_a_fresh_evaluation_of_each_checkpoint(run, checked):
     records = read_metrics(run.model_dir)
     evals = [r for r in records if r.split == "eval"]
     trains = [r for r in records if r.split == "train"]
-    # one line per evaluated checkpoint and split, in step order, ending at max_steps; a
-    # checkpoint deleted (keep 3) between its eval and train evaluation has no train line
-    assert len(evals) >= 2
+    # one line per checkpoint (0, 100, ... 400) and split, in step order, ending at
+    # max_steps; a checkpoint deleted (keep 3) between its eval and train evaluation has no
+    # train line
+    assert [r.step for r in evals] == list(range(0, MAX_STEPS + 1, SAVE_STEPS))
     assert len({r.checkpoint for r in evals}) == len(evals)
     assert len({r.checkpoint for r in trains}) == len(trains)
     assert {r.checkpoint for r in trains} <= {r.checkpoint for r in evals}
@@ -79,7 +84,9 @@ def test_metrics_file_holds_a_fresh_evaluation_of_each_checkpoint(run, checked):
     assert [r.step for r in evals] == sorted(r.step for r in evals)
     assert evals[-1].step >= MAX_STEPS
     assert {"accuracy", "auc", "loss"} <= set(evals[-1].metrics)
-    assert evals[-1].metrics["accuracy"] != evals[0].metrics["accuracy"]  # it learned
+    # it learned: the untrained model of step 0 against the final one
+    assert evals[-1].metrics["accuracy"] != evals[0].metrics["accuracy"]
+    assert evals[-1].metrics["loss"] < evals[0].metrics["loss"]
 
     fresh = checked["verify"]
     assert fresh, "no evaluated checkpoint is left to check"

@@ -81,22 +81,49 @@ def test_detached_estimator_job_list_status_logs_follow_and_succeed(tmp_path, ru
 
 
 @pytest.mark.tf
-def test_cancel_of_a_detached_estimator_job_leaves_nothing_running(tmp_path, runs):
+def test_a_detached_run_in_its_own_run_dir_is_listed_followed_and_cancelled_by_its_id(
+        tmp_path, runs):
+    """`--detach --run-dir DIR` outside the run root: the id it printed is all a user
+    needs. `launch list` lists the run, `logs -f`, `status` and `cancel` take its id;
+    cancel leaves nothing running."""
+    own = tmp_path / "elsewhere" / "run"
     with cancelled_on_exit(tmp_path, runs):
-        run_id = detach(estimator_spec(tmp_path, epochs=200), runs)
-        deadline = time.monotonic() + 240
-        while state_of(tmp_path, run_id)["step"] is None:     # training is under way
-            assert time.monotonic() < deadline, "no checkpoint within 240 s"
-            time.sleep(0.5)
-        assert len(tfcluster_tasks()) == 2
-        done = run_launch("cancel", run_id, env=runs, timeout=180)
-        assert done.returncode == 0, done.stderr
-        assert tfcluster_tasks() == [], "cancel returned with tasks still running"
+        run_id = detach(estimator_spec(tmp_path, epochs=200), runs, "--run-dir", str(own))
+        assert (own / "state.json").is_file()
+        assert (tmp_path / "runs" / run_id).is_symlink()     # the root lists it by a link
+        follow = subprocess.Popen(launch_cmd("logs", run_id, "-f"), cwd=REPO,
+                                  env=dict(os.environ, **runs), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 240
+            while state_of(tmp_path, run_id)["step"] is None:     # training is under way
+                assert time.monotonic() < deadline, "no checkpoint within 240 s"
+                time.sleep(0.5)
+            listed = run_launch("list", env=runs)
+            row = next(line for line in listed.stdout.splitlines()
+                       if line.startswith(run_id))
+            assert row.split()[1:4] == ["estimator", "local", "running"], listed.stdout
+            # --root means the run root to every command: the run's own directory's
+            # parent lists it, and takes its id
+            assert run_id in run_launch("list", "--root", str(own.parent), env=runs).stdout
+            status = run_launch("status", run_id, "--root", str(own.parent), env=runs)
+            assert "state running" in status.stdout, status.stdout + status.stderr
+            assert len(tfcluster_tasks()) == 2
+            done = run_launch("cancel", run_id, env=runs, timeout=180)
+            assert done.returncode == 0, done.stderr
+            assert tfcluster_tasks() == [], "cancel returned with tasks still running"
+            out, err = follow.communicate(timeout=60)     # -f ends with the run
+        finally:
+            if follow.poll() is None:
+                follow.kill()
+                follow.communicate()
+        assert follow.returncode == 0, err
+        assert any(line.startswith("[chief:0] ") for line in out.splitlines()), out
         status = run_launch("status", run_id, env=runs)
         assert status.returncode == 1
-        assert "state cancelled" in status.stdout
+        assert f"run {run_id}  estimator  backend local  state cancelled" in status.stdout
         assert "reason: cancelled by `launch cancel` (interrupted by SIGTERM)" in status.stdout
-        tasks = state_of(tmp_path, run_id)["tasks"]
+        tasks = json.loads((own / "state.json").read_text())["tasks"]
         assert all(t["stopped"] and t["state"] == "stopped (SIGTERM)" for t in tasks), tasks
 
 

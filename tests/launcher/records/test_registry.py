@@ -4,6 +4,8 @@ and the state `launch status` shows for a run whose launcher is gone."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -11,7 +13,14 @@ import threading
 import pytest
 
 from launcher.commands.runs import current_state
-from launcher.records.registry import RunError, RunState, find_run, read_state
+from launcher.records.registry import (
+    RunError,
+    RunState,
+    find_run,
+    link_run,
+    list_runs,
+    read_state,
+)
 
 
 def new_state(run_dir, run_id="job-1234") -> RunState:
@@ -60,6 +69,32 @@ def test_runs_are_found_by_id_prefix_or_path(tmp_path):
     assert find_run(str(tmp_path / "job-1234"), "elsewhere") == str(tmp_path / "job-1234")
     with pytest.raises(RunError, match="ambiguous"):
         find_run("job-", str(tmp_path))
+
+
+def test_a_run_kept_outside_the_root_is_listed_and_found_by_its_id(tmp_path):
+    root = tmp_path / "root"
+    new_state(root / "job-1111", "job-1111")
+    own = tmp_path / "x" / "run"
+    new_state(own, "job-2222")
+    assert find_run("job-2222", str(tmp_path / "x")) == str(own)   # by the id in its state
+    assert link_run(str(own), "job-2222", str(root)) == str(root / "job-2222")
+    assert link_run(str(own), "job-2222", str(root)) == str(root / "job-2222")  # again: same
+    assert link_run(str(root / "job-1111"), "job-1111", str(root)) is None   # in the root
+    assert sorted(s["run_id"] for _, s in list_runs(str(root))) == ["job-1111", "job-2222"]
+    assert os.path.samefile(find_run("job-2222", str(root)), own)
+    assert os.path.samefile(find_run("job-2", str(root)), own)
+    shutil.rmtree(own)          # a removed run directory: its link lists nothing
+    assert [s["run_id"] for _, s in list_runs(str(root))] == ["job-1111"]
+    with pytest.raises(RunError, match="no run 'job-2222' under"):
+        find_run("job-2222", str(root))
+
+
+def test_a_link_never_replaces_a_run_directory_of_the_same_name(tmp_path):
+    root = tmp_path / "root"
+    new_state(root / "job-1", "job-1")
+    new_state(tmp_path / "other", "job-1")
+    assert link_run(str(tmp_path / "other"), "job-1", str(root)) is None
+    assert find_run("job-1", str(root)) == str(root / "job-1")
 
 
 def test_a_live_run_whose_launcher_is_gone_is_lost(tmp_path):
