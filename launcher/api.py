@@ -568,7 +568,8 @@ class JobWatch:
         liveness = liveness_monitor(self.plan, self.backend, self.events)
         adapter = CoordinatorMonitor(self.coordinator, self.console, self.events,
                                      not_answering=liveness.not_answering if liveness else None,
-                                     evaluator_timeout=t["evaluator"])
+                                     evaluator_timeout=t["evaluator"],
+                                     on_progress=self.events.state.record_progress)
         return Watch([adapter, *deadline_monitor(t), *([liveness] if liveness else [])],
                      readiness=liveness, training=adapter.training_view)
 

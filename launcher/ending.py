@@ -17,7 +17,15 @@ tasks and of model_dir; it stops what the answer names and ends the job when it 
    last evaluate, workers on their way out) get ``timeouts.finish`` from the moment
    max_steps was seen (in a checkpoint or the events file) to end by themselves: without
    a checkpoint at max_steps yet, that is also the time to write one. Synchronous
-   trainers (MultiWorkerMirroredStrategy) finish together: they get ``timeouts.finish``.
+   trainers (MultiWorkerMirroredStrategy) finish together: while every one of them runs
+   they are in the middle of common work (the end of ``fit``, a ``model.save`` every
+   worker makes), so ``timeouts.finish`` counts only from the first one's end.
+   Nothing is stopped in the middle of its work: after ``timeouts.finish``, trainers are
+   waited for while model_dir is being written (a change seen within ``WRITE_QUIET`` s: a
+   final save, an export) or, synchronous, while every one of them still runs, up to
+   ``timeouts.save`` from the moment training was done (``EndStep.wait`` says so once).
+   Trainers stopped at that bound while model_dir was still being written were cut short
+   (``EndStep.cut``): the run cannot have succeeded.
 2. Parameter servers never exit by themselves: stopped once no trainer runs or is about to
    be restarted.
 3. The evaluator's window opens when the last trainer ended. Once it has evaluated the
@@ -51,6 +59,8 @@ OVERSHOOT_PER_TRAINER = 3  # asynchronous updates past max_steps that are not "t
 WORKER_GRACE = 10.0
 ESTIMATOR_DELAY_PER_WORKER = 5.0   # tf.estimator: worker i sleeps 5*(i+1) s before training,
 ESTIMATOR_MAX_DELAY = 60.0         # at most 60 s (RunConfig.experimental_max_worker_delay_secs)
+WRITE_QUIET = 10.0   # s without a change in model_dir: nothing is being written there
+SAVE_BOUND = 300.0   # timeouts.save's default: the longest trainers still at work are waited for
 
 
 @dataclass
@@ -65,6 +75,8 @@ class JobResult:
     incidents: list[dict] = field(default_factory=list)   # restarts, with what each restarted
     unwritten: list[str] = field(default_factory=list)    # what the run_dir did not get
     lost: list[dict] = field(default_factory=list)   # workers it went on without (elastic)
+    waited: list[str] = field(default_factory=list)       # trainers waited for past finish
+    cut_short: list[str] = field(default_factory=list)    # what was stopped mid-work, why
 
 
 @dataclass(frozen=True)
@@ -76,15 +88,21 @@ class TrainingView:
     latest_step: int | None = None    # the newest step known now (events or checkpoint)
     final_step: int | None = None     # the newest complete checkpoint's step
     evaluated_step: int | None = None  # the newest step the evaluator evaluated
+    written_for: float | None = None   # s since model_dir last changed (None: not watched)
+    written: str | None = None        # the file of model_dir that changed last
 
 
 @dataclass(frozen=True)
 class EndStep:
-    """Stop ``stop`` now (``reason`` says why); ``done``: every task ended, job over."""
+    """Stop ``stop`` now (``reason`` says why); ``done``: every task ended, job over.
+    ``wait``: trainers still at work past ``timeouts.finish`` are waited for (who, and
+    what they do); ``cut``: what ``stop`` stops in the middle of its work."""
 
     stop: tuple[str, ...] = ()
     reason: str = ""
     done: bool = False
+    wait: str = ""
+    cut: str = ""
 
 
 def end_step(now: float, tasks: Iterable[TaskState], training: TrainingView,
@@ -130,15 +148,46 @@ def _trainers(now: float, since: float, tasks: list[TaskState], trainers: list[T
                                             f"to the model after it")
     saved = training.final_step is not None and training.max_steps is not None and \
         training.final_step >= training.max_steps
-    if saved and training.reached_at is not None and not synchronous and \
+    if saved and training.reached_at is not None and \
             _moving(training, len([t for t in tasks if t.type in TRAINERS])):
         return EndStep(_names(trainers), f"step {training.latest_step} is past max_steps "
                                          f"{training.max_steps} and still moving: the "
                                          f"script ignores max_steps")
-    if now - since >= timeouts["finish"]:
+    together = synchronous and _all_run(tasks)
+    if together:
+        start = None        # no peer ended: timeouts.finish has not begun
+    elif synchronous:     # from the first peer's end
+        ended = [t.ended_at for t in tasks if t.type in TRAINERS and not t.running and
+                 t.ended_at is not None]
+        start = max(since, min(ended)) if ended else since
+    else:
+        start = since
+    if now - (start if start is not None else since) < timeouts["finish"]:
+        return EndStep()
+    bound = timeouts.get("save", SAVE_BOUND)
+    writing = training.written_for is not None and training.written_for < WRITE_QUIET
+    if not (writing or together):
         return EndStep(_names(trainers), f"still running {timeouts['finish']:g}s after "
                                          f"training was done (timeouts.finish)")
-    return EndStep()
+    if now - since < bound:
+        return EndStep(wait=_waiting(trainers, training, writing))
+    what = f"writing model_dir ({training.written} changed {training.written_for:.0f}s " \
+        f"before)" if writing else "running together (synchronous: a save every worker " \
+                                   "makes, the end of fit)"
+    return EndStep(_names(trainers), f"still at work {bound:g}s after training was done "
+                                     f"(timeouts.save)",
+                   cut=f"{_names_text(trainers)}, stopped while still {what}")
+
+
+def _all_run(tasks: list[TaskState]) -> bool:
+    """Every trainer runs (none ended, none about to be restarted)."""
+    return all(t.running for t in tasks if t.type in TRAINERS)
+
+
+def _waiting(trainers: list[TaskState], training: TrainingView, writing: bool) -> str:
+    what = f"model_dir is being written ({training.written})" if writing else \
+        "synchronous trainers end together (a save every worker makes)"
+    return f"{_names_text(trainers)}: {what}"
 
 
 def _evaluator(now: float, tasks: list[TaskState], training: TrainingView,

@@ -48,7 +48,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
 from launcher.backends.base import Backend
-from launcher.ending import JobResult, TrainingView, end_step, own_evaluations
+from launcher.ending import SAVE_BOUND, JobResult, TrainingView, end_step, own_evaluations
 from launcher.errors import UsageError
 from launcher.monitors import TURN, tick_every
 from launcher.output.console import Console
@@ -117,6 +117,9 @@ class Job:
         self.training = training      # what model_dir says (the coordinator's view)
         self.reached_at: float | None = None   # when a monitor said max_steps was reached
         self.trainers_done_at: float | None = None   # after training: no trainer left
+        self.waiting: tuple[float, str] | None = None  # trainers at work past finish: since, who
+        self.waited: list[str] = []       # closing lines: whom the end waited for, how long
+        self.cut_short: list[str] = []    # what the end stopped in the middle of its work
         self.incidents: list[dict] = []   # one per restart decision, with its tasks
         self.restarts = RestartBook(dict(plan.restart), synchronous=plan.synchronous,
                                     minimum=dict(plan.minimum),
@@ -422,11 +425,28 @@ class Job:
         step = end_step(now, tasks, self._training(tasks), self.timeouts, self.plan.synchronous,
                         self.trainers_done_at, self.training_done_at,
                         estimator=self.plan.strategy == "estimator")
+        self._waited(step.wait, now)
+        if step.cut:
+            self.cut_short.append(step.cut)
         if step.stop:
             self.console.info(f"stopping {names_text(step.stop)}: {step.reason}")
             self.tasks.stop([r for r in self.tasks.runs if r.name in step.stop], step.reason)
             return False
         return step.done
+
+    def _waited(self, wait: str, now: float) -> None:
+        """Trainers still at work past ``timeouts.finish`` (``wait``: who, doing what): said
+        once when the wait begins; the closing lines say how long it lasted and its bound."""
+        bound = f"at most timeouts.save {self.timeouts.get('save', SAVE_BOUND):g}s from " \
+                "training's end"
+        if wait and self.waiting is None:
+            self.waiting = (now, wait)
+            self.console.info(f"waiting for {wait} ({bound})")
+        elif not wait and self.waiting is not None:
+            since, who = self.waiting
+            self.waiting = None
+            self.waited.append(f"waited {now - since:.0f}s past timeouts.finish for {who} "
+                               f"({bound})")
 
     def _fail(self, run: TaskRun, reason: str) -> JobResult:
         self.console.info(reason)
@@ -455,9 +475,11 @@ class Job:
         return self._result(status, reason)
 
     def _result(self, status: int, reason: str) -> JobResult:
+        self._waited("", self.clock())
         result = JobResult(status, reason, self.snapshot(), self.clock() - self.started,
                            self.training_done_at is not None, list(self.incidents),
-                           self.unwritten.lines(), [lost.to_dict() for lost in self.lost])
+                           self.unwritten.lines(), [lost.to_dict() for lost in self.lost],
+                           waited=list(self.waited), cut_short=list(self.cut_short))
         self.events.write("job_ended", status=status, reason=reason,
                           duration=round(result.duration, 3))
         return result

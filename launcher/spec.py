@@ -44,6 +44,9 @@ TIMEOUT_DEFAULTS = {
     "start": 60.0,      # a task that cannot start in this time (remote checks, allocation)
     "stall": 300.0,     # no new step or checkpoint for this long ends the job
     "finish": 30.0,     # after max_steps: time for trainers that no longer train to exit
+    # ... and the longest trainers still at work then (writing model_dir, synchronous
+    # trainers that all run: a final save, an export) are waited for (docs/ending.md)
+    "save": 300.0,
     # After the trainers ended: time for the evaluator to evaluate the final checkpoint.
     # TensorFlow's evaluator sleeps EvalSpec.throttle_secs (600 s by default) between two
     # evaluations, so the final one may come 600 s after the previous one, then takes its

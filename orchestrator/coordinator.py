@@ -38,6 +38,7 @@ from orchestrator.metrics_file import METRICS_FILE
 from orchestrator.roles import TRAINERS, names_text
 from orchestrator.step_series import StepSeries
 from orchestrator.tfformats import EVENTS_PREFIX, event_steps
+from orchestrator.writes import WriteWatch
 
 RATE_WINDOW = 20           # step observations kept to estimate steps per second
 RATE_SECS = 30.0           # ... over at most this many seconds before the newest one
@@ -70,6 +71,8 @@ class Progress:
     polls: int = 0
     poll_errors: int = 0
     last_error: str | None = None    # the last poll failed: model_dir cannot be read now
+    written_at: float | None = None  # once following writes: when model_dir last changed
+    written: str | None = None       # ... and the file that changed
 
     @property
     def step(self) -> int | None:
@@ -122,6 +125,7 @@ class Coordinator:
         self._finish: Decision | None = None
         self._evaluations = EvaluationFollower(self.reader, clock=clock)
         self._reached_at: float | None = None
+        self._writes: WriteWatch | None = None    # follow_writes(): after training
 
     # ------------------------------------------------------------------ thread
     def start(self) -> Coordinator:
@@ -169,6 +173,12 @@ class Coordinator:
             self._progress = replace(self._progress, last_activity=self.clock(),
                                      last_activity_what="a restart", named=None,
                                      steps_per_sec=None, eta_secs=None, step_at=None)
+
+    def follow_writes(self) -> None:
+        """From now on every poll also says when model_dir last changed (``written_at``):
+        the end rules wait for trainers still writing there."""
+        if self._writes is None:
+            self._writes = WriteWatch(self.fs, self.reader.root)
 
     def newest_complete(self) -> Checkpoint | None:
         """The newest complete checkpoint seen (what a restarted job resumes from)."""
@@ -230,6 +240,9 @@ class Coordinator:
                         last_activity_what=f"step {step} in the events file")
         p = replace(p, eta_secs=self._eta(p), latest_eval=self._latest_eval(p.latest_eval),
                     step_at=self._history[-1][0] if self._history else None)
+        written = self._writes.look() if self._writes is not None else None
+        if written is not None:
+            p = replace(p, written_at=now, written=written)
         evaluated = _newest(self._evaluations.poll(), _step_of(p.latest_eval))
         if evaluated is not None and evaluated != p.evaluated_step:
             p = replace(p, evaluated_step=evaluated)

@@ -161,9 +161,23 @@ def status_main(argv: list[str]) -> int:
     p = _rows_parser("status", "A run's state, progress and per-task rows. Exit 0 while it "
                                "runs or when it succeeded, 1 when it failed, was cancelled or "
                                "its launcher died.")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON document (cluster_specs/status.schema.json) instead")
     args = p.parse_args(argv)
+    if args.json and args.all:
+        raise RunError("--all goes without --json (the document holds every task)")
     run_dir, state = _open_run(args)
     now, note = current_state(state)
+    if args.json:
+        import json
+
+        from launcher.commands.status_document import status_document
+
+        if not state.get("tasks"):
+            state["tasks"] = _engine(state).engine_tasks(state.get("handle") or {}) or []
+        print(json.dumps(status_document(state, run_dir, now, note), indent=1,
+                         default=str))
+        return 0 if now in LIVE + ("succeeded",) else 1
     where = _engine(state).describe_handle(state.get("handle") or {})
     where = f"  {where}" if where else ""
     attempt = f"  attempt {state['attempt'] + 1}" if state.get("attempt") else ""

@@ -33,6 +33,7 @@ from launcher.output.progress import (
     QUIET_AFTER,
     JobState,
     output_progress,
+    progress_fields,
     progress_line,
 )
 from launcher.records.events import EventLog
@@ -57,8 +58,10 @@ class CoordinatorMonitor:
                  progress_every: float = PROGRESS_EVERY,
                  clock: Callable[[], float] = time.monotonic,
                  not_answering: Callable[[], list[str]] | None = None,
-                 evaluator_timeout: float | None = None):
+                 evaluator_timeout: float | None = None,
+                 on_progress: Callable[[dict[str, Any]], None] | None = None):
         self.coordinator = coordinator
+        self.on_progress = on_progress    # the run registry's (state.json's progress)
         self.evaluator_timeout = evaluator_timeout
         self._trainers_ended_at: float | None = None
         self.console = console
@@ -108,6 +111,8 @@ class CoordinatorMonitor:
                   if n not in stopped]      # a task the launcher stopped is not "silent"
         state = self.job_state(tasks, now)
         self.console.progress(p, tasks, self._restarts, silent, state)
+        if self.on_progress is not None:
+            self.on_progress(progress_fields(p))
         self._maybe_print(p, now, silent, state)
         decision = self.coordinator.judge(tasks)
         if decision is None:
@@ -204,10 +209,14 @@ class CoordinatorMonitor:
                 f"checkpoint in {self._nested} (Keras' BackupAndRestore backup, if it is one)")
 
     def training_view(self) -> TrainingView:
-        """What model_dir says, for the job loop's end rules."""
+        """What model_dir says, for the job loop's end rules (which ask only once training
+        is done: from then on the coordinator also follows writes into model_dir)."""
+        self.coordinator.follow_writes()
         p = self.coordinator.progress()
+        written_for = self.clock() - p.written_at if p.written_at is not None else None
         return TrainingView(max_steps=p.max_steps, latest_step=p.latest_step,
-                            final_step=p.step, evaluated_step=p.evaluated_step)
+                            final_step=p.step, evaluated_step=p.evaluated_step,
+                            written_for=written_for, written=p.written)
 
     def close(self) -> None:
         # The closing lines come from one last read of model_dir (launcher/output/closing.py).

@@ -20,6 +20,7 @@ while something changes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from launcher.output.trainer_steps import TrainerSteps
 from orchestrator.coordinator import Progress
@@ -104,6 +105,18 @@ def eval_text(ev: dict) -> str:
     metrics = ", ".join(f"{k}={v:.4g}" if isinstance(v, (int, float)) else f"{k}={v}"
                         for k, v in shown[:4])
     return f"eval at step {ev.get('step')}: {metrics}"
+
+
+def progress_fields(p: Progress) -> dict[str, Any]:
+    """The progress as plain data (state.json's ``progress``, `launch status --json`): the
+    newest complete checkpoint's step, the newest step known, steps per second, the ETA in
+    seconds, the newest evaluation (its step and metrics) and the newest evaluated step."""
+    ev = p.latest_eval if isinstance(p.latest_eval, dict) else None
+    evaluation = {"step": ev.get("step"), "metrics": ev.get("metrics") or {}} if ev else None
+    rate = round(p.steps_per_sec, 3) if p.steps_per_sec is not None else None
+    eta = round(p.eta_secs, 1) if p.eta_secs is not None else None
+    return {"step": p.step, "latest_step": p.latest_step, "rate": rate, "eta": eta,
+            "evaluation": evaluation, "evaluated_step": p.evaluated_step}
 
 
 def rate_words(p: Progress, now: float | None, moving_at: float | None = None) -> list[str]:

@@ -29,6 +29,7 @@ STATUS_RULE = ("0: training finished and every task ended (an evaluator that did
                "checkpoint was short of max_steps; 2: bad input; 128+N: interrupted by "
                "signal N")
 SHORT = "training was ended by the launcher, but "
+CUT = "work was cut short: "      # a task stopped in the middle of a save (timeouts.save)
 
 def task_rows(tasks: list[TaskState]) -> list[dict[str, Any]]:
     """One row per task, from the tasks' snapshots: what summary.json keeps, what
@@ -91,8 +92,11 @@ def ended_words(status: int) -> str:
 
 def verdict(result: JobResult, closing: Closing) -> str | None:
     """Why a job whose tasks all ended did not succeed after all (None: it did): the
-    launcher ended training (max_steps seen in the chief's events file, timeouts.finish)
-    while the newest complete checkpoint is short of max_steps."""
+    launcher stopped a task in the middle of its work (``timeouts.save``: a save or an
+    export cut short), or ended training (max_steps seen in the chief's events file,
+    timeouts.finish) while the newest complete checkpoint is short of max_steps."""
+    if result.status == 0 and result.cut_short:
+        return f"{CUT}{'; '.join(result.cut_short)}"
     if result.status != 0 or closing.max_steps is None or not closing.readable or \
             script_ended(result.tasks):
         return None
@@ -120,6 +124,8 @@ def _primary_name(tasks: list[TaskState]) -> str:
 
 
 def training_of(result: JobResult) -> str:
+    if result.reason.startswith(CUT):
+        return "cut short"
     if result.reason.startswith(SHORT):
         return "stopped short"
     if result.training_finished:
@@ -144,6 +150,8 @@ def closing_lines(result: JobResult, closing: Closing) -> list[str]:
         lines.append(f"{n} worker{'s' if n > 1 else ''} lost (roles.worker.minimum: the "
                      f"job went on without {'them' if n > 1 else 'it'}):")
         lines += [lost_row(entry) for entry in result.lost]
+    lines += result.waited
+    lines += [f"cut short: {cut}" for cut in result.cut_short]
     lines += [f"note: {note}" for note in closing.notes]
     return lines + result.unwritten
 
@@ -169,4 +177,5 @@ def summary_doc(result: JobResult, closing: Closing, rows: list[dict[str, Any]]
             "training": training_of(result), "evaluation": evaluation_of(result, closing),
             "status_rule": STATUS_RULE, **closing.to_dict(),
             "restarts": result.incidents, "lost": result.lost, "unwritten": result.unwritten,
+            "waited": result.waited, "cut_short": result.cut_short,
             "tasks": [{k: v for k, v in r.items() if k != "status"} for r in rows]}

@@ -32,6 +32,9 @@ CANCEL_FILE = "cancel.json"
 DEFAULT_ROOT = os.path.join(".tfcluster", "runs")
 ROOT_ENV = "TFCLUSTER_RUNS"
 LIVE = ("starting", "queued", "running")
+# The progress (step, rate, ETA, newest evaluation) goes into state.json at once when the
+# step or the evaluation changes, else at most this often (s): `launch status --json` reads it.
+PROGRESS_EVERY = 5.0
 # While tasks start and end, their rows in state.json are rewritten at most this often (s):
 # one write holds every row, so a write per event would cost O(N) per task, O(N²) a run.
 ROWS_EVERY = 0.5
@@ -332,6 +335,7 @@ class RunState:
         self.path = os.path.join(run_dir, STATE_FILE)
         self._lock = threading.RLock()
         self._rows_written = 0.0            # monotonic time of the last rows write
+        self._progress_written = 0.0        # ... and of the last progress write
         self._rows_timer: threading.Timer | None = None
         self.snapshot: Callable[[], list[TaskState]] | None = None
         self.restarts = 0       # restart incidents of the job followed
@@ -412,6 +416,19 @@ class RunState:
         inside = os.path.join(self.run_dir, "")
         return path[len(inside):] if path.startswith(inside) and path != inside else \
             os.path.relpath(path, self.run_dir)
+
+    def record_progress(self, progress: dict[str, Any]) -> None:
+        """The job's progress as the coordinator sees it now (``progress_fields``,
+        launcher/output/progress.py): written when a new checkpoint or evaluation came, else
+        ``PROGRESS_EVERY`` s after the last write (the rate, the ETA and the events file's
+        step move on every poll; one write holds every task's row)."""
+        old = self.doc.get("progress") or {}
+        moved = any(old.get(k) != progress.get(k) for k in ("step", "evaluation"))
+        now = time.monotonic()
+        if not moved and now - self._progress_written < PROGRESS_EVERY:
+            return
+        self._progress_written = now
+        self.update(progress={**progress, "at": time.time()})
 
     def on_event(self, event: str, fields: dict[str, Any]) -> None:
         """Called for every event the run's EventLog writes."""
