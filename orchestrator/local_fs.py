@@ -75,6 +75,18 @@ class LocalFS:
         names = sorted(os.path.join(path, n) for n in os.listdir(path))
         return [self.info(n) for n in names] if detail else names
 
+    def find(self, path: str, detail: bool = False) -> Any:
+        """Every file under ``path`` (recursively): {path: info} with ``detail``, else the
+        sorted paths. Files removed while it walks are left out."""
+        found: dict[str, dict[str, Any]] = {}
+        for top, _dirs, files in os.walk(self._strip_protocol(path)):
+            for name in files:
+                try:
+                    found[os.path.join(top, name)] = self.info(os.path.join(top, name))
+                except OSError:
+                    continue
+        return found if detail else sorted(found)
+
     def glob(self, pattern: str) -> list[str]:
         return sorted(_glob.glob(self._strip_protocol(pattern)))
 

@@ -65,6 +65,9 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
         (f"{_O}.local_fs", f"{_O}.tfformats")),
     "orchestrator.step_series": (
         "a chief's events file read as step series (a restore seen)", ()),
+    "orchestrator.writes": (
+        "whether model_dir is still being written (a save, an export) once training is done",
+        (f"{_O}.metrics_file",)),
     "orchestrator.evaluated": (
         "what the evaluator has evaluated, read without TensorFlow",
         (f"{_O}.checkpoints", f"{_O}.tfformats")),
@@ -74,7 +77,7 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
     "orchestrator.coordinator": (
         "where training stands, read from model_dir; the judge of training done",
         (f"{_O}.checkpoints", f"{_O}.decisions", f"{_O}.evaluated", f"{_O}.metrics_file",
-         f"{_O}.roles", f"{_O}.step_series", f"{_O}.tfformats")),
+         f"{_O}.roles", f"{_O}.step_series", f"{_O}.tfformats", f"{_O}.writes")),
     "orchestrator.at_max_steps": (
         "an unmodified Estimator script stopped at exactly max_steps (inside the task)", ()),
     "orchestrator.offline_eval": (

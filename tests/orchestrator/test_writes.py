@@ -7,13 +7,16 @@ from __future__ import annotations
 import os
 
 import fsspec
+import pytest
 
+from orchestrator.local_fs import LocalFS
 from orchestrator.writes import WriteWatch
 
 
-def test_a_write_is_seen_at_the_next_look_and_other_writers_are_not(tmp_path):
+@pytest.mark.parametrize("fs", [LocalFS(), fsspec.filesystem("file")], ids=["local", "fsspec"])
+def test_a_write_is_seen_at_the_next_look_and_other_writers_are_not(tmp_path, fs):
     (tmp_path / "checkpoint").write_text("model_checkpoint_path: 'model.ckpt-100'\n")
-    watch = WriteWatch(fsspec.filesystem("file"), str(tmp_path))
+    watch = WriteWatch(fs, str(tmp_path))
     assert watch.look() is None                                # the first look takes stock
     assert watch.look() is None
     export = tmp_path / "saved_model" / "variables"
