@@ -66,7 +66,8 @@ def run(tree: Path, name: str, tmp: Path) -> dict:
     (tmp / "spec.json").write_text(json.dumps(spec))
     env = {**os.environ, "PYTHONPATH": str(tree),
            "TFCLUSTER_EXAMPLES_DATA": str(Path(tempfile.gettempdir()) / "tfcluster-data")}
-    proc = subprocess.run([sys.executable, "-c", "from launcher.cli import main; main()",
+    launch = "import sys; from launcher.cli import main; sys.exit(main())"
+    proc = subprocess.run([sys.executable, "-c", launch,
                            str(tmp / "spec.json"), "--run-dir", str(tmp / "run")],
                           cwd=REPO, env=env, stdin=subprocess.DEVNULL,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -44,7 +44,8 @@ from orchestrator.roles import PRIMARY_ORDER, TRAINERS
 
 PROGRESS_EVERY = 5.0     # seconds between progress lines while something changes
 PROGRESS_QUIET = 30.0    # ... and while nothing does
-COUNTDOWN = re.compile(r"at most \S+ more|after \d\S*")   # time passing is no change
+# time passing is no change: a bound counting down, an age, a wait growing
+COUNTDOWN = re.compile(r"at most \S+ more|after \d\S*|\d\S* ago|for \d+[smh]\S*")
 EMPTY = "no checkpoint or summary"
 NESTED_DEPTH = 3          # levels below model_dir where a nested checkpoint is looked for
 

@@ -240,3 +240,19 @@ def test_an_older_output_step_gives_way_to_a_fresher_model_dir():
                  steps_per_sec=17.0)
     assert output_progress(steps, p, 45.0, 0.0) is None
     assert output_progress(steps, p, 31.0, 0.0).step == 202     # fresh: still ahead
+
+
+def test_an_age_that_grows_is_no_new_line(tmp_path):
+    """'from chief:0's output 0s ago' then '5s ago': the same news, printed once (again
+    after 30 s at most)."""
+    clock = FakeClock()
+    mon, console, err = monitor(tmp_path, clock)
+    tasks = [TaskState("chief:0", "chief", running=True)]
+    console.task_line("chief:0", "INFO:tensorflow:loss = 0.3, step = 40 (2.0 sec)")
+    for _ in range(4):                        # 0, 5, 10, 15 s
+        mon.tick(tasks)
+        clock.sleep(5)
+    lines = [line for line in err.getvalue().splitlines() if "from chief:0's output" in line]
+    assert len(lines) == 1 and lines[0].startswith("tfcluster: progress: step 40/100 (40%), "
+                                                   "from chief:0's output "), lines
+    assert "no new step for 10s (chief:0's output)" in err.getvalue()    # news: said
