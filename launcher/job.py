@@ -246,7 +246,10 @@ class Job:
             if failure:
                 return self._finish(1, failure)
             self._start_due()
-            self.wait(TURN)
+            # a turn is O(N) (every task polled): with many tasks the loop turns as often
+            # as the monitors tick, leaving the starts the CPU; an exit that closes a
+            # task's output wakes it at once either way
+            self.wait(self.tick_every)
 
     @staticmethod
     def _refused_at_start(run: TaskRun) -> None:

@@ -4,12 +4,12 @@ agent. What to do about an exit is the job loop's policy (launcher/job.py); what
 looks like at one moment is one snapshot type, ``orchestrator.decisions.TaskState``.
 
 Starting hundreds of tasks takes seconds, so a backend may start them off the job loop's
-thread (``Backend.start_threads``; the local backend: 4): ``start_all`` queues them, in plan
-order, to a pool of threads, and the loop reaps exits, judges failures and answers Ctrl-C
-while tasks still start; ``cancel_starts`` drops the starts not begun and waits for those
-under way before the loop stops what runs. The pool's threads live as long as the
-process: a task's parent-death signal (launcher/backends/processes.py) follows the thread
-that started it."""
+thread (``Backend.start_threads``; the local backend: 16, no more than it has tasks):
+``start_all`` queues them, in plan order, to a pool of threads, and the loop reaps exits,
+judges failures and answers Ctrl-C while tasks still start; ``cancel_starts`` drops the
+starts not begun and waits for those under way before the loop stops what runs. The
+pool's threads live as long as the process: a task's parent-death signal
+(launcher/backends/processes.py) follows the thread that started it."""
 
 from __future__ import annotations
 
@@ -201,6 +201,7 @@ class Tasks:
             return
         with self._starts:
             self._queued.update(r.name for r in runs)
+        threads = min(threads, len(runs))     # a small job needs no more threads than tasks
         for run in runs:
             START_POOL.submit(functools.partial(self._start_queued, run, after), threads)
 
