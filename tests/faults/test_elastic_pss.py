@@ -24,6 +24,7 @@ def test_pss_job_ends_at_max_steps_with_a_worker_killed_for_good(tmp_path):
     doc = job_spec("pss", tmp_path, MAX_STEPS, SAVE_STEPS, workers=2,
                    strategy="parameter_server", roles={"worker": {"minimum": 1}})
     doc["restart"]["worker"]["max_restarts"] = 0
+    doc["timeouts"]["start"] = 180     # four TensorFlow imports on a loaded machine
     run = LaunchRun(write_spec(tmp_path, doc))
     assert run.wait_for_step(KILL_AT, timeout=240), run.stderr_text()[-3000:]
     kill = run.kill("worker:1")
