@@ -33,7 +33,8 @@ def status_document(state: dict, run_dir: str, now_state: str, note: str | None
     return {
         "$schema": SCHEMA_ID, "version": DOC_VERSION,
         "run_id": state["run_id"], "name": state["name"], "backend": state["backend"],
-        "run_dir": os.path.abspath(run_dir), "state": now_state, "note": note,
+        "run_dir": state.get("run_dir") or os.path.abspath(run_dir),
+        "state": now_state, "note": note,
         "attempt": state.get("attempt") or 0,
         "started": state.get("started"), "ended": state.get("ended"),
         "duration": _duration(state, live),

@@ -26,7 +26,8 @@ STATUS_RULE = ("0: training finished and every task ended (an evaluator that did
                "means the user's script exited 0 by itself or the newest complete checkpoint "
                "is at or past max_steps; 1: a task failed, an evaluator failing after "
                "training finished included, or the launcher ended training while the newest "
-               "checkpoint was short of max_steps; 2: bad input; 128+N: interrupted by "
+               "checkpoint was short of max_steps, or stopped a task still at work "
+               "(timeouts.save: a save cut short); 2: bad input; 128+N: interrupted by "
                "signal N")
 SHORT = "training was ended by the launcher, but "
 CUT = "work was cut short: "      # a task stopped in the middle of a save (timeouts.save)

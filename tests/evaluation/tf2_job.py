@@ -60,7 +60,7 @@ def train(model_dir: str, max_steps: int) -> None:
     x, y = make_data(2000, 1)
     ds = iter(tf.data.Dataset.from_tensor_slices((x, y)).shuffle(2000, seed=1).repeat()
               .batch(32))
-    manager.save()
+    evaluated(model_dir, manager.save())
     while int(model.step.numpy()) < max_steps:
         features, labels = next(ds)
         with tf.GradientTape() as tape:
@@ -71,9 +71,21 @@ def train(model_dir: str, max_steps: int) -> None:
             var.assign_sub(0.1 * grad)
         model.step.assign_add(1)
         if int(model.step.numpy()) % 20 == 0:
-            manager.save()
-            time.sleep(0.3)
+            evaluated(model_dir, manager.save())
     manager.save()
+
+
+def evaluated(model_dir: str, path: str, bound: float = 180.0) -> None:
+    """Hold the chief after a save until the evaluator recorded that checkpoint in the
+    metrics file (at most ``bound`` s): every checkpoint is evaluated, whatever the
+    machine's load, not those the evaluator happens to catch."""
+    from orchestrator.metrics_file import read_metrics
+
+    name = os.path.basename(path)
+    deadline = time.monotonic() + bound
+    while time.monotonic() < deadline and not any(
+            os.path.basename(r.checkpoint) == name for r in read_metrics(model_dir)):
+        time.sleep(0.2)
 
 
 def evaluate(model_dir: str) -> None:

@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import jsonschema
 import pytest
 from support import (
     PY_TF215,
@@ -108,6 +109,11 @@ def test_a_detached_run_in_its_own_run_dir_is_listed_followed_and_cancelled_by_i
             assert run_id in run_launch("list", "--root", str(own.parent), env=runs).stdout
             status = run_launch("status", run_id, "--root", str(own.parent), env=runs)
             assert "state running" in status.stdout, status.stdout + status.stderr
+            doc = status_json(run_id, runs)         # what a program reads, by the same id
+            assert (doc["state"], doc["verdict"], doc["max_steps"]) == ("running", None, 8000)
+            assert doc["step"] is not None and doc["run_dir"] == str(own)
+            assert sorted((t["task"], t["state"]) for t in doc["tasks"]) == \
+                [("chief:0", "running"), ("ps:0", "running")]
             assert len(tfcluster_tasks()) == 2
             done = run_launch("cancel", run_id, env=runs, timeout=180)
             assert done.returncode == 0, done.stderr
@@ -125,6 +131,19 @@ def test_a_detached_run_in_its_own_run_dir_is_listed_followed_and_cancelled_by_i
         assert "reason: cancelled by `launch cancel` (interrupted by SIGTERM)" in status.stdout
         tasks = json.loads((own / "state.json").read_text())["tasks"]
         assert all(t["stopped"] and t["state"] == "stopped (SIGTERM)" for t in tasks), tasks
+        doc = status_json(run_id, runs)
+        assert doc["state"] == "cancelled" and doc["verdict"]["status"] == 128 + 15
+        assert doc["rate"] is None and doc["eta"] is None
+
+
+def status_json(run_id: str, env: dict) -> dict:
+    """`launch status RUN --json`, checked against its published schema."""
+    done = run_launch("status", run_id, "--json", env=env)
+    assert not done.stderr, done.stderr
+    doc = json.loads(done.stdout)
+    jsonschema.validate(doc, json.loads((REPO / "cluster_specs" /
+                                         "status.schema.json").read_text()))
+    return doc
 
 
 def test_sigkill_of_the_detached_launcher_ends_every_task_and_status_says_so(tmp_path, runs):

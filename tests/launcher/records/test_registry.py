@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import threading
+from types import SimpleNamespace
 
 import pytest
 
@@ -19,6 +20,7 @@ from launcher.records.registry import (
     find_run,
     link_run,
     list_runs,
+    open_state,
     read_state,
 )
 
@@ -87,6 +89,26 @@ def test_a_run_kept_outside_the_root_is_listed_and_found_by_its_id(tmp_path):
     assert [s["run_id"] for _, s in list_runs(str(root))] == ["job-1111"]
     with pytest.raises(RunError, match="no run 'job-2222' under"):
         find_run("job-2222", str(root))
+
+
+def test_a_run_started_in_a_specs_run_dir_is_listed_in_the_run_root(tmp_path, monkeypatch):
+    """What `launch` does for a run whose directory is not in the run root (a spec's
+    run_dir, --run-dir): its state is opened there and the root lists it."""
+    monkeypatch.setenv("TFCLUSTER_RUNS", str(tmp_path / "root"))
+    plan = SimpleNamespace(run_id="job-3333", name="job", max_steps=10)
+    backend = SimpleNamespace(name="local", inside_job=False, attempt=lambda: 0,
+                              run_handle=lambda: {})
+    run_dir = tmp_path / "spec-runs" / "job-3333"
+    run_dir.mkdir(parents=True)
+    open_state(str(run_dir), plan, backend, SimpleNamespace(detach=True, spec=None))
+    assert [s["run_id"] for _, s in list_runs()] == ["job-3333"]
+    assert os.path.samefile(find_run("job-3333"), run_dir)
+    # --root ROOT with --run-dir elsewhere: that root lists it
+    own, other = tmp_path / "x" / "run", tmp_path / "other-root"
+    own.mkdir(parents=True)
+    open_state(str(own), SimpleNamespace(run_id="job-4444", name="job", max_steps=10),
+               backend, SimpleNamespace(detach=False, spec=None, root=str(other)))
+    assert os.path.samefile(find_run("job-4444", str(other)), own)
 
 
 def test_a_link_never_replaces_a_run_directory_of_the_same_name(tmp_path):
