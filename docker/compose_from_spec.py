@@ -21,7 +21,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from launcher.plan import IMAGE_SITE, grace_period
 from launcher.redact import MASK
+from orchestrator import preemption
 
 IMAGE = "tfcluster:tf2.15"
 MODEL_VOLUME = "model"
@@ -53,7 +55,7 @@ def compose(plan: dict[str, Any], image: str = IMAGE) -> dict[str, Any]:
             raise SystemExit(f"compose_from_spec: {where} shares host {name!r} with another "
                              "task; give every task a host of its own")
         env = {}
-        for key, value in task["env"].items():
+        for key, value in {**task["env"], **in_image(task["env"])}.items():
             if value == MASK:
                 value = "${" + key + "}"
             elif key == "TFCLUSTER_RUN_ID":
@@ -74,9 +76,20 @@ def compose(plan: dict[str, Any], image: str = IMAGE) -> dict[str, Any]:
             service["working_dir"] = task["cwd"]
         if task["type"] in ("ps", "evaluator"):
             service["stop_signal"] = "SIGTERM"      # a ps ends on SIGTERM only
+        if preemption.ENV in task["env"]:       # `docker compose stop`: the chief saves first
+            service["stop_grace_period"] = f"{grace_period(plan['timeouts'])}s"
         services[name] = service
     # no top-level "name": docker-compose 1.x refuses it; the project is `-p NAME`
     return {"services": services, "volumes": {MODEL_VOLUME: {}}}
+
+
+def in_image(env: dict[str, str]) -> dict[str, str]:
+    """No launcher follows the services: the preemption notice is the SIGTERM of `docker
+    compose stop` (the chief saves, the ps serves on while the chief answers), armed from
+    the image's tfcluster (docs/preemption.md)."""
+    if preemption.ENV not in env:
+        return {}
+    return {preemption.ENV: "URG,TERM", "PYTHONPATH": IMAGE_SITE}
 
 
 def project_name(plan: dict[str, Any]) -> str:

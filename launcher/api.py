@@ -83,6 +83,8 @@ class RunResult:
     tasks: list[dict[str, Any]] = field(default_factory=list)
     duration: float = 0.0
     run_id: str = ""
+    # a preemption notice carried out: the step reached, the step saved, the steps lost
+    preemption: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -238,6 +240,7 @@ def make_plan(spec: Spec, backend: Backend, command: list[str] | None,
 
     plan = build_plan(spec, port_for=backend.allocate_port, place=backend.place,
                       command=command, run_id=run_id, backend=backend.name,
+                      notice=backend.notice,
                       base_env={"TFCLUSTER_RESTART_COUNT": str(backend.attempt())})
     place(plan, backend.gpu_machines(plan))
     return plan
@@ -350,9 +353,12 @@ def execute(spec: Spec, backend: Backend, plan: JobPlan, command: list[str] | No
         if crashed:
             raise LauncherFailed(reason) from e
         raise
+    from launcher.signals import PREEMPTED
+
     summary = {"status": result.status, "reason": result.reason, "duration": result.duration,
-               "tasks": [{k: v for k, v in r.items() if k != "status"} for r in result.tasks]}
-    requeued = result.status > 128 and backend.requeued()
+               "tasks": [{k: v for k, v in r.items() if k != "status"} for r in result.tasks],
+               **({"preemption": result.preemption} if result.preemption else {})}
+    requeued = (result.status > 128 or result.status == PREEMPTED) and backend.requeued()
     _release(leases, state, requeued)
     state.finish(result.status, result.reason, summary if result.tasks else None,
                  requeued=requeued, step=result.final_step)
@@ -454,7 +460,7 @@ def _execute(run: Attached) -> RunResult:
         for attempt in range(MAX_PORT_RETRIES + 1):
             watch = JobWatch(plan, backend, console, events)
             job = Job(plan, backend, run_dir, console, events=events, watch=watch,
-                      unwritten=unwritten)
+                      unwritten=unwritten, cancelled=partial(cancelled, run_dir))
             state.attach(job.snapshot)
             try:
                 result = job.run()
@@ -502,6 +508,8 @@ def _close(run: Attached, result: JobResult, job: Job, watch: JobWatch,
                          watch.progress().evaluated_step)
     closing.evaluated_step = own_evaluations(
         TrainingView(evaluated_step=closing.evaluated_step), job.snapshot()).evaluated_step
+    if result.preemption is not None:
+        result.preemption = preempted_at(result.preemption, watch.progress(), closing)
     short = verdict(result, closing)
     if short:
         result = dataclasses.replace(result, status=1, reason=short)
@@ -530,7 +538,24 @@ def _close(run: Attached, result: JobResult, job: Job, watch: JobWatch,
     final = closing.final_step if closing.final_step is not None else \
         seen.step if seen.step is not None else seen.latest_step
     return RunResult(result.status, result.reason, run_dir, final, rows,
-                     round(result.duration, 3), plan.run_id)
+                     round(result.duration, 3), plan.run_id, result.preemption)
+
+
+def cancelled(run_dir: str) -> bool:
+    """The SIGTERM came from ``launch cancel`` (it leaves its file first)."""
+    from launcher.records.registry import CANCEL_FILE
+
+    return os.path.exists(os.path.join(run_dir, CANCEL_FILE))
+
+
+def preempted_at(notice: dict[str, Any], seen: Progress, closing: Any) -> dict[str, Any]:
+    """The notice's record with the step training reached (the newest the coordinator saw,
+    events or checkpoint), the newest complete checkpoint's after the stop, and the steps
+    lost between the two."""
+    from launcher.ending import summary
+
+    steps = [s for s in (seen.latest_step, seen.step, closing.final_step) if s is not None]
+    return {**notice, **summary(max(steps) if steps else None, closing.final_step)}
 
 
 def _then(first: Callable[[], None], then: Callable[[dict[str, Any]], None] | None

@@ -37,6 +37,27 @@ tasks and of model_dir; it stops what the answer names and ends the job when it 
    included. (TensorFlow's own evaluator exits by itself once it evaluated a checkpoint at
    or past its max_steps; ``target_step`` is what counts as evaluated at the end.)
 4. The job is done when nothing runs and nothing is due to restart.
+
+The end can also come from outside, before training is done: a preemption notice. SIGTERM
+to ``launch`` (Slurm's warning signal, ``docker stop``, a node drain, ``launch
+cancel``) while training runs, with ``timeouts.preempt`` > 0, stops the run in this order
+(docs/preemption.md):
+
+1. the tasks that save (``savers``: the chief or master, else worker 0; every trainer of
+   MultiWorkerMirroredStrategy, where TensorFlow's PreemptionCheckpointHandler answers
+   SIGTERM) get the notice (the backend's ``notice`` signal: SIGURG, which the in-task
+   handler of orchestrator/preemption.py turns into a stop of the training session after
+   its current step, so its CheckpointSaverHook saves), while every ps still serves;
+2. the launcher waits until a checkpoint newer than the one at the notice, at or past the
+   newest step known then, is complete in model_dir (every ps shard: the coordinator's
+   reader), every saver ended, a saver said it has nothing to save or did not answer
+   within ``ANSWER_WITHIN`` s, or ``timeouts.preempt`` passed (``over``);
+3. then the ordered stop: trainers and the evaluator, the ps last.
+
+The verdict is ``preempted``, exit status ``launcher.signals.PREEMPTED`` (75, EX_TEMPFAIL:
+run it again, it resumes); ``launch cancel`` saves the same way and is ``cancelled``
+(128+15). No restart budget is charged: the next ``launch`` of the spec (or Slurm's
+requeue) resumes from the checkpoint.
 """
 
 from __future__ import annotations
@@ -46,6 +67,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from orchestrator.decisions import TaskState
+from orchestrator.preemption import NOTHING_TO_SAVE
 from orchestrator.roles import names_text
 
 TRAINERS = ("chief", "master", "worker")
@@ -77,6 +99,7 @@ class JobResult:
     lost: list[dict] = field(default_factory=list)   # workers it went on without (elastic)
     waited: list[str] = field(default_factory=list)       # trainers waited for past finish
     cut_short: list[str] = field(default_factory=list)    # what was stopped mid-work, why
+    preemption: dict | None = None    # a preemption notice carried out (launcher/ending.py)
 
 
 @dataclass(frozen=True)
@@ -282,3 +305,75 @@ def _names(tasks: list[TaskState]) -> tuple[str, ...]:
 
 def _names_text(tasks: list[TaskState]) -> str:
     return names_text([t.name for t in tasks])
+
+
+# ---------------------------------------------------------------------- a preemption notice
+# s a saver has to answer a notice (its handler prints a line at once): one that does not
+# has no handler (not Python, no sitecustomize), and its checkpoint is not waited for. The
+# notice is sent again each RESEND s until it answers (one sent before the handler was
+# armed, as the task started, is lost).
+ANSWER_WITHIN = 10.0
+RESEND = 1.0
+
+
+@dataclass
+class Notice:
+    """One notice being carried out: when it came, what model_dir held then, who got it."""
+
+    at: float
+    bound: float                    # timeouts.preempt
+    notified: tuple[str, ...]       # the savers it was sent to
+    step: int | None = None         # the newest step known at the notice
+    saved: int | None = None        # the newest complete checkpoint's step then
+    answers: bool = True            # the savers' handler answers in their output (SIGURG)
+    outcome: str = ""               # why the wait ended
+
+    def to_dict(self) -> dict:
+        return {"notified": list(self.notified), "step_at_notice": self.step,
+                "checkpoint_at_notice": self.saved, "bound": self.bound,
+                "outcome": self.outcome}
+
+
+def savers(tasks: list[TaskState], synchronous: bool) -> list[str]:
+    """The running tasks that save the job's checkpoints on a notice."""
+    running = [t for t in tasks if t.running]
+    if synchronous:
+        return [t.name for t in running if t.type in TRAINERS]
+    for name in ("chief:0", "master:0"):
+        if any(t.name == name for t in tasks):
+            return [name] if any(t.name == name for t in running) else []
+    if any(t.type in ("chief", "master") for t in tasks):
+        return []
+    return [t.name for t in running if t.name == "worker:0"]
+
+
+def over(notice: Notice, now: float, tasks: list[TaskState], training: TrainingView,
+         answered: dict[str, str]) -> str | None:
+    """Why the wait for the notice's checkpoint is over, or None while it goes on.
+    ``answered``: each saver's answer so far (orchestrator/preemption.py's lines)."""
+    final = training.final_step
+    names = ", ".join(notice.notified)
+    if final is not None and (notice.saved is None or final > notice.saved) and \
+            (notice.step is None or final >= notice.step):
+        return f"checkpoint at step {final} complete in model_dir"
+    nothing = [n for n, line in answered.items() if NOTHING_TO_SAVE in line]
+    if nothing and set(nothing) >= set(notice.notified):
+        return f"nothing in {', '.join(nothing)} saves on a notice (no training session open)"
+    if not any(t.running for t in tasks if t.name in notice.notified):
+        return f"{names} ended without a new checkpoint"
+    if notice.answers and not answered and now - notice.at >= min(ANSWER_WITHIN, notice.bound):
+        return (f"{names} did not answer the notice within {ANSWER_WITHIN:g}s (no notice "
+                "handler in it: docs/preemption.md)")
+    if now - notice.at >= notice.bound:
+        return f"no new checkpoint within {notice.bound:g}s (timeouts.preempt)"
+    return None
+
+
+def summary(reached: int | None, saved: int | None) -> dict:
+    """What summary.json, state.json and ``launch status`` add to a notice's record: the
+    step training reached, the step of the newest complete checkpoint, the steps lost."""
+    lost = reached - saved if reached is not None and saved is not None else \
+        reached if reached is not None else None
+    return {"step_reached": reached, "step_saved": saved,
+            "steps_lost": max(0, lost) if lost is not None else None}
+

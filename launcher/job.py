@@ -48,7 +48,17 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
 from launcher.backends.base import Backend
-from launcher.ending import SAVE_BOUND, JobResult, TrainingView, end_step, own_evaluations
+from launcher.ending import (
+    RESEND,
+    SAVE_BOUND,
+    JobResult,
+    Notice,
+    TrainingView,
+    end_step,
+    over,
+    own_evaluations,
+    savers,
+)
 from launcher.errors import UsageError
 from launcher.monitors import TURN, tick_every
 from launcher.output.console import Console
@@ -58,10 +68,11 @@ from launcher.records.crash import crash_line, save_traceback
 from launcher.records.events import EventLog
 from launcher.records.unwritten import Unwritten
 from launcher.restarts import RestartBook
-from launcher.signals import catch, restore
+from launcher.signals import PREEMPTED, catch, restore
 from launcher.tasks import TaskRun, Tasks
 from orchestrator.decisions import CLUSTER, DROP, FAIL, FINISH, IGNORE, LOST, Decision, TaskState
 from orchestrator.elastic import PROBE_TIMEOUT, HostWatch, Lost, fewer_words, lost_line, lost_of
+from orchestrator.preemption import ANSWER, NOTICE
 from orchestrator.roles import TRAINERS, names_text, role_counts
 
 if TYPE_CHECKING:
@@ -93,7 +104,8 @@ class Job:
                  readiness: Readiness | None = None,
                  training: Callable[[], TrainingView] | None = None,
                  watch: Callable[[], Watch] | None = None,
-                 unwritten: Unwritten | None = None):
+                 unwritten: Unwritten | None = None,
+                 cancelled: Callable[[], bool] = lambda: False):
         self.plan = plan
         self.backend = backend
         self.run_dir = run_dir
@@ -130,6 +142,8 @@ class Job:
         self.due: dict[str, float] = {}     # task name -> when its restart is due
         self.readiness = readiness
         self.tick_every = tick_every(len(plan.tasks))   # monitors: longer with many tasks
+        self.notice: Notice | None = None     # a preemption notice (launcher/ending.py)
+        self.cancelled = cancelled      # the SIGTERM came from `launch cancel`
 
     def _events_unwritten(self, error: OSError) -> None:
         self.unwritten.failed("events.jsonl", error)
@@ -201,8 +215,7 @@ class Job:
                 announced = True
                 self._announce()
             if self.interrupted:
-                name = signal.Signals(self.interrupted).name
-                return self._finish(128 + self.interrupted, f"interrupted by {name}")
+                return self._interrupted()
             for run in self.tasks.take_ended():
                 if run.name in self.due:
                     continue        # a restart decided in this turn covers its exit
@@ -250,6 +263,66 @@ class Job:
             # as the monitors tick, leaving the starts the CPU; an exit that closes a
             # task's output wakes it at once either way
             self.wait(self.tick_every)
+
+    def _interrupted(self) -> JobResult:
+        """Ctrl-C, SIGHUP: the ordered stop. SIGTERM while training runs is a preemption
+        notice (launcher/ending.py): the savers save first, within timeouts.preempt."""
+        name = signal.Signals(self.interrupted or signal.SIGTERM).name
+        if self.interrupted != signal.SIGTERM or not self.timeouts.get("preempt") or \
+                self.training_done_at is not None:
+            return self._finish(128 + (self.interrupted or 0), f"interrupted by {name}")
+        outcome = self._preempt()
+        if self.cancelled():
+            return self._finish(128 + signal.SIGTERM, f"interrupted by {name}")
+        return self._finish(PREEMPTED, f"preempted by {name}; {outcome}")
+
+    def _preempt(self) -> str:
+        """Send the notice to the savers, then tick the monitors (model_dir's view) until
+        its checkpoint is complete or the wait is otherwise over; exits are not judged and
+        nothing restarts meanwhile. Returns why the wait ended."""
+        self.tasks.cancel_starts()
+        tasks = self.snapshot()
+        view = self._training(tasks)
+        synchronous = self.plan.synchronous
+        sends = signal.SIGTERM if synchronous else self.backend.notice.sends
+        notified = [r for r in self.tasks.runs if r.name in savers(tasks, synchronous)]
+        notice = Notice(self.clock(), self.timeouts["preempt"], tuple(r.name for r in notified),
+                        view.latest_step, view.final_step, answers=sends == NOTICE)
+        self.notice = notice
+        self.events.write("preemption_notice", tasks=list(notice.notified),
+                          signal=signal.Signals(sends).name, step=notice.step,
+                          checkpoint=notice.saved)
+        self.console.info(f"preemption notice: {names_text(list(notice.notified)) or 'no task'}"
+                          f" to save a checkpoint at the current step (at most "
+                          f"{notice.bound:g}s, timeouts.preempt), every ps serving")
+        for run in notified:
+            run.stopped = run.stopped or sends == signal.SIGTERM
+        ticked = sent = -float("inf")
+        answered: dict[str, str] = {}
+        while True:
+            if self.clock() - sent >= RESEND and (sent < 0 or notice.answers):
+                sent = self.clock()     # again until answered: one before it armed is lost
+                for run in notified:
+                    if run.handle is not None and run.running and run.name not in answered:
+                        run.handle.signal(sends)
+            self.tasks.take_ended()
+            if self.clock() - ticked >= self.tick_every:
+                ticked = self.clock()
+                tasks = self.snapshot()
+                for monitor in self.monitors:
+                    monitor.tick(tasks)
+            tasks = self.snapshot()
+            for run in notified:
+                line = next((line for line in run.tail if ANSWER in line), None)
+                if line is not None:
+                    answered.setdefault(run.name, line)
+            outcome = over(notice, self.clock(), tasks, self._training(tasks), answered)
+            if outcome:
+                notice.outcome = outcome
+                self.console.info(f"preemption notice: {outcome}; stopping the tasks, "
+                                  "the ps last")
+                return outcome
+            self.wait(TURN)
 
     @staticmethod
     def _refused_at_start(run: TaskRun) -> None:
@@ -482,7 +555,9 @@ class Job:
         result = JobResult(status, reason, self.snapshot(), self.clock() - self.started,
                            self.training_done_at is not None, list(self.incidents),
                            self.unwritten.lines(), [lost.to_dict() for lost in self.lost],
-                           waited=list(self.waited), cut_short=list(self.cut_short))
+                           waited=list(self.waited), cut_short=list(self.cut_short),
+                           preemption=self.notice.to_dict() if self.notice is not None
+                           else None)
         self.events.write("job_ended", status=status, reason=reason,
                           duration=round(result.duration, 3))
         return result

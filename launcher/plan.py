@@ -12,7 +12,9 @@ Before the plan exists, a backend learns what the job asks of it from a ``Reserv
 from __future__ import annotations
 
 import json
+import math
 import os
+import signal
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
@@ -20,6 +22,7 @@ from launcher import model_dir as model_dirs
 from launcher.checks import Address
 from launcher.expand import expand, expand_args
 from launcher.spec import TIMEOUT_DEFAULTS, Spec, TensorBoardSettings, resources_for
+from orchestrator import preemption
 from orchestrator.policies import RestartPolicy
 from orchestrator.roles import in_start_order
 from orchestrator.steps import derive_max_steps
@@ -178,6 +181,49 @@ def compact(doc: Any) -> str:
     return json.dumps(doc, separators=(",", ":"))
 
 
+@dataclass(frozen=True)
+class Notice:
+    """How a preemption notice reaches a backend's tasks: ``signals`` the in-task handler
+    answers (orchestrator/preemption.py: ``URG`` from the launcher; ``URG,TERM`` where the
+    engine's SIGTERM is the notice), ``site`` the folder of its ``sitecustomize`` where the
+    tasks run (None: this machine's, then the launcher's own PYTHONPATH follows it)."""
+
+    signals: str = "URG"
+    site: str | None = None
+    sends: int = signal.SIGURG      # what the launcher sends the savers
+
+
+IMAGE_SITE = "/opt/tfcluster/orchestrator/preempt_site"    # in tfcluster's image
+SITE_HERE = os.path.join(os.path.dirname(os.path.abspath(preemption.__file__)), "preempt_site")
+
+
+def preemption_env(spec: Spec, role: str, env: dict[str, str],
+                   notice: Notice | None) -> dict[str, str]:
+    """What arms the preemption notice in a task (docs/preemption.md): its signals, the
+    ps's grace, and the notice's ``sitecustomize`` first on PYTHONPATH, before the spec's
+    PYTHONPATH (or, for tasks of this machine's filesystem, the launcher's). Nothing when
+    ``timeouts.preempt`` is 0 or the trainers are MultiWorkerMirrored (TensorFlow's own
+    PreemptionCheckpointHandler answers SIGTERM there)."""
+    if notice is None or not spec.timeouts.get("preempt") or spec.synchronous:
+        return {}
+    site = notice.site or SITE_HERE
+    rest = env.get("PYTHONPATH") or (os.environ.get("PYTHONPATH", "") if notice.site is None
+                                     else "")
+    return {preemption.ENV: notice.signals,
+            preemption.GRACE_ENV: f"{spec.timeouts['preempt']:g}",
+            "PYTHONPATH": os.pathsep.join(p for p in (site, rest) if p)}
+
+
+def grace_period(timeouts: dict[str, float]) -> int | None:
+    """A pod's terminationGracePeriodSeconds, a compose service's stop_grace_period: the
+    preemption notice's bound (``timeouts.preempt``: the chief saves, the ps serve on) and
+    then the stop's (``timeouts.kill``); None (the engine's default) when the notice is
+    off."""
+    if not timeouts.get("preempt"):
+        return None
+    return int(math.ceil(timeouts["preempt"] + timeouts.get("kill", 5.0)))
+
+
 def build_plan(
     spec: Spec,
     port_for: Callable[[str], int],
@@ -186,12 +232,15 @@ def build_plan(
     run_id: str | None = None,
     base_env: dict[str, str] | None = None,
     backend: str | None = None,
+    notice: Notice | None = None,
 ) -> JobPlan:
     """Resolve hosts and ports and give every task its TF_CONFIG, environment and command.
 
     ``place(role, index, address)`` is where the backend puts the task whose spec address
     that is (``Backend.place``: ``--local`` maps every host to localhost, Slurm a label to
     its node); ``port_for(host)`` picks a free port for an address placed without one.
+    ``notice``: how a preemption notice reaches the tasks on this backend
+    (``preemption_env``).
     """
     run_id = run_id or new_run_id(spec.name)
     max_steps = max_steps_of(spec)
@@ -248,6 +297,7 @@ def build_plan(
             env["TFCLUSTER_EPOCHS"] = str(spec.epochs)
             env["TFCLUSTER_EXAMPLES"] = str(spec.examples)
             env["TFCLUSTER_BATCH_SIZE"] = str(spec.batch_size)
+        env.update(preemption_env(spec, job, env, notice))
         argv = spec.command_for(job, command)
         expanded = expand_args(argv, env)
         tasks.append(TaskPlan(job, i, host, port, expanded, env, spec.workdir_for(job), auto,

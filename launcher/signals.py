@@ -1,9 +1,11 @@
 """The signals that stop a run, and the one rule for catching them.
 
-SIGTERM always stops a run cleanly. SIGINT and SIGHUP do too, unless the launcher was
-started with them ignored: `nohup launch ...` ignores SIGHUP, so the run outlives the
-terminal and the logout; a background job of a script (`launch ... &`) ignores SIGINT,
-so a Ctrl-C meant for the foreground does not reach it. An inherited SIG_IGN is kept.
+SIGTERM always stops a run cleanly; while training runs it is a preemption notice (the
+chief saves first: launcher/ending.py) and the run ends with ``PREEMPTED``. SIGINT
+and SIGHUP stop it at once, unless the launcher was started with them ignored: `nohup
+launch ...` ignores SIGHUP, so the run outlives the terminal and the logout; a background
+job of a script (`launch ... &`) ignores SIGINT, so a Ctrl-C meant for the foreground does
+not reach it. An inherited SIG_IGN is kept.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# The exit status of a run stopped by a preemption notice (SIGTERM while training runs,
+# launcher/ending.py): EX_TEMPFAIL, run it again and it resumes.
+PREEMPTED = 75
 
 
 def catch(handler: Callable[[int, Any], Any],

@@ -56,6 +56,9 @@ TIMEOUT_DEFAULTS = {
     "poll": 1.0,        # how often the coordinator looks at model_dir
     "job": 0.0,         # the whole job's deadline (0: none); then the ordered teardown
     "unresponsive": 30.0,  # a task whose TF server stops answering gRPC this long is lost
+    # SIGTERM to the launcher (a preemption notice): how long the chief has to save a
+    # checkpoint at its current step before the tasks are stopped (0: stop at once)
+    "preempt": 60.0,
 }
 RESOURCE_KEYS = ("cpus", "memory", "gpus", "devices", "gpu_share", "partition", "time")
 _DEVICE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9/-]*$")   # an index or a UUID (GPU-..., MIG-...)

@@ -42,6 +42,12 @@ class Script:
     term_takes: float = 0.0
     term_status: int | None = None
     term_lines: list[str] = field(default_factory=list)
+    # a signal ignored by default (SIGURG: the preemption notice) leaves it running; it
+    # prints these lines
+    notice_lines: list[str] = field(default_factory=list)
+
+
+IGNORED_BY_DEFAULT = (signal.SIGURG, signal.SIGWINCH, signal.SIGCHLD)
 
 
 class Output:
@@ -126,6 +132,9 @@ class ScriptedHandle(TaskHandle):
             self.signalled_at = self.clock()
         if self.poll() is not None:
             return
+        if sig in IGNORED_BY_DEFAULT:
+            self._output.add([f"{line}\n".encode() for line in self.script.notice_lines])
+            return
         if sig == signal.SIGTERM and self.script.term_takes and not self.script.ignores_term:
             if self.termed is None:
                 self.termed = self.clock()
@@ -204,7 +213,7 @@ class Lines(io.StringIO):
 
 
 def run_job(spec_doc: dict, backend: ScriptedBackend, run_dir, monitors=(), training=None,
-            **plan_kwargs) -> tuple[JobResult, Lines]:
+            before=None, **plan_kwargs) -> tuple[JobResult, Lines]:
     """Run the real job loop over ``backend`` on the spec ``spec_doc`` (backend
     "scripted"); return the result and what the console printed. ``training``: the view of
     model_dir the end rules read (launcher.ending.TrainingView), as the coordinator gives."""
@@ -217,4 +226,6 @@ def run_job(spec_doc: dict, backend: ScriptedBackend, run_dir, monitors=(), trai
     clock = backend.clock
     job = Job(plan, backend, str(run_dir / "run"), Console(out, out), list(monitors),
               clock=clock, wait=backend.wait, training=training)
+    if before is not None:      # the test's hand on the job (a signal to the launcher)
+        before(job)
     return job.run(), out

@@ -23,6 +23,8 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, Callable, ClassVar, Protocol
 
+from launcher.plan import Notice
+
 if TYPE_CHECKING:
     from launcher.checks import Address
     from launcher.gpus import Gpu, Machine
@@ -200,6 +202,10 @@ class Backend(ABC):
     # what the preflight found that the user should read (a workdir's copy, the TensorFlow
     # of each host), printed once it passed; a backend's preflight sets its own list
     preflight_notes: list[str] = []
+    # How a preemption notice reaches the tasks (launcher/plan.py ``Notice``): the launcher
+    # signals the chief with SIGURG, and the notice's sitecustomize is where the launcher
+    # has it. An image's tasks find it in the image; Kubernetes' pods only hear SIGTERM.
+    notice: ClassVar[Notice] = Notice()
     _gpus_here: tuple[Gpu, ...] | None       # this machine's, once asked (gpu_machines)
 
     def __init__(self, options: Any = None, *, remap: bool = False, inside_job: bool = False):

@@ -48,7 +48,7 @@ from launcher.backends.remote_bootstrap import refusal_in_words
 from launcher.checks import Address
 from launcher.errors import PreflightError, SpecError
 from launcher.model_dir import ModelDir
-from launcher.plan import JobPlan, TaskPlan
+from launcher.plan import IMAGE_SITE, JobPlan, Notice, TaskPlan
 
 DEFAULT_IMAGE = "tfcluster:tf2.15"
 HOST_NETWORK = "host"
@@ -178,6 +178,7 @@ class DockerBackend(Backend):
     name = "docker"
     OPTIONS = DockerOptions
     places_gpus = True
+    notice = Notice("URG", IMAGE_SITE)    # the image's tfcluster (docker/Dockerfile)
     start_threads = 4           # `docker run` clients start off the job loop's thread
     options: DockerOptions
 

@@ -41,7 +41,7 @@ from launcher.backends.base import Backend, ProbeResult, TaskHandle
 from launcher.backends.options import option
 from launcher.checks import Address
 from launcher.errors import PreflightError, SpecError
-from launcher.plan import JobPlan, Reservation, TaskPlan
+from launcher.plan import IMAGE_SITE, JobPlan, Notice, Reservation, TaskPlan, grace_period
 from launcher.redact import redact_env
 from orchestrator.policies import RestartPolicy
 
@@ -153,6 +153,9 @@ class KubernetesBackend(Backend):
     ports_picked_at_start = False      # every pod listens on kubernetes.port
     options: KubernetesOptions
     reachable = False   # pod addresses are cluster-internal: the engine's state alone
+    # a pod hears only SIGTERM (its deletion), with no launcher beside it: the chief saves
+    # on it, the ps serves on while the chief answers (docs/preemption.md)
+    notice = Notice("URG,TERM", IMAGE_SITE, signal.SIGTERM)
 
     def __init__(self, options: KubernetesOptions | None = None, *, remap: bool = False,
                  inside_job: bool = False):
@@ -343,6 +346,9 @@ class KubernetesBackend(Backend):
             spec["priorityClassName"] = o.priority_class
         if o.pod_group:
             spec["schedulerName"] = POD_GROUPS[o.pod_group][2]
+        grace = grace_period(plan.timeouts)
+        if grace is not None:
+            spec["terminationGracePeriodSeconds"] = grace
         return spec
 
     def _tfjob(self, plan: JobPlan, redact: bool) -> dict:

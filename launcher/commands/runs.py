@@ -16,7 +16,7 @@ import sys
 import time
 from typing import IO, TYPE_CHECKING
 
-from launcher.output.summary import row_cells
+from launcher.output.summary import closing_line, row_cells
 from launcher.output.table import rows_table, with_gpus
 from launcher.records.registry import (
     CANCEL_FILE,
@@ -189,6 +189,9 @@ def status_main(argv: list[str]) -> int:
         print(note)
     if state.get("reason"):
         print(f"reason: {state['reason']}")
+    preemption = (state.get("summary") or {}).get("preemption")
+    if preemption:      # the step reached, the step saved, the steps lost
+        print(closing_line(preemption))
     from launcher.records.lease import status_line
 
     lease = status_line(state, lost=now == "lost")

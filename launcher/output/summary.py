@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from launcher.signals import PREEMPTED
+
 if TYPE_CHECKING:
     from launcher.ending import JobResult
     from launcher.output.closing import Closing
@@ -27,8 +29,9 @@ STATUS_RULE = ("0: training finished and every task ended (an evaluator that did
                "is at or past max_steps; 1: a task failed, an evaluator failing after "
                "training finished included, or the launcher ended training while the newest "
                "checkpoint was short of max_steps, or stopped a task still at work "
-               "(timeouts.save: a save cut short); 2: bad input; 128+N: interrupted by "
-               "signal N")
+               "(timeouts.save: a save cut short); 2: bad input; 75: preempted (SIGTERM: the "
+               "chief saved a checkpoint first, the next launch resumes from it); 128+N: "
+               "interrupted by signal N")
 SHORT = "training was ended by the launcher, but "
 CUT = "work was cut short: "      # a task stopped in the middle of a save (timeouts.save)
 
@@ -86,6 +89,8 @@ def ended_words(status: int) -> str:
     not failed."""
     if status == 0:
         return "succeeded"
+    if status == PREEMPTED:
+        return f"preempted (exit status {status})"
     if status > 128:
         return f"cancelled (exit status {status})"
     return f"FAILED (exit status {status})"
@@ -131,6 +136,8 @@ def training_of(result: JobResult) -> str:
         return "stopped short"
     if result.training_finished:
         return "finished"
+    if result.preemption is not None:
+        return "preempted"
     return "interrupted" if result.status >= 128 else "failed" if result.status else "ended"
 
 
@@ -141,6 +148,8 @@ def closing_lines(result: JobResult, closing: Closing) -> list[str]:
     outcome = closing.outcome_line()
     if outcome:
         lines.append(outcome)
+    if result.preemption is not None:
+        lines.append(closing_line(result.preemption))
     if result.incidents:
         n = len(result.incidents)
         lines.append(f"{n} restart{'s' if n > 1 else ''}:")
@@ -179,4 +188,15 @@ def summary_doc(result: JobResult, closing: Closing, rows: list[dict[str, Any]]
             "status_rule": STATUS_RULE, **closing.to_dict(),
             "restarts": result.incidents, "lost": result.lost, "unwritten": result.unwritten,
             "waited": result.waited, "cut_short": result.cut_short,
+            **({"preemption": result.preemption} if result.preemption is not None else {}),
             "tasks": [{k: v for k, v in r.items() if k != "status"} for r in rows]}
+
+
+def closing_line(record: dict) -> str:
+    """The closing line of a preempted run."""
+    saved, lost = record.get("step_saved"), record.get("steps_lost")
+    where = f"checkpoint at step {saved}" if saved is not None else "no checkpoint"
+    lost_words = f"{lost} step{'s' if lost != 1 else ''} lost" if lost is not None else \
+        "steps lost unknown"
+    return (f"preempted at step {record.get('step_reached')}: {where} in model_dir "
+            f"({lost_words}); the next launch of this spec resumes from it")

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from launcher.errors import UsageError
 from launcher.records.events import EventLog
+from launcher.signals import PREEMPTED
 
 if TYPE_CHECKING:
     from orchestrator.decisions import TaskState
@@ -39,7 +40,7 @@ PROGRESS_EVERY = 5.0
 # one write holds every row, so a write per event would cost O(N) per task, O(N²) a run.
 ROWS_EVERY = 0.5
 TASK_EVENTS = ("task_started", "task_exited", "restart_scheduled", "stopping", "job_started")
-TERMINAL = ("succeeded", "failed", "cancelled")
+TERMINAL = ("succeeded", "failed", "cancelled", "preempted")
 
 
 class RunError(UsageError):
@@ -322,6 +323,8 @@ def run_state_name(status: int) -> str:
     signal (Ctrl-C, ``launch cancel``, the engine's cancel), else failed."""
     if status == 0:
         return "succeeded"
+    if status == PREEMPTED:
+        return "preempted"
     return "cancelled" if status > 128 else "failed"
 
 

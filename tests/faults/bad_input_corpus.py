@@ -55,8 +55,8 @@ CASES: list[tuple[str, object, list[str], str]] = [
     ("typo-top-level", {"max_step": 10}, [],
      E + "max_step: unknown key (allowed: " + TOP_KEYS + ")"),
     ("typo-timeouts", {"timeouts": {"stal": 10}}, [],
-     E + "timeouts.stal: unknown key (allowed: evaluator, finish, job, kill, poll, stall, start, "
-       "unresponsive)"),
+     E + "timeouts.stal: unknown key (allowed: evaluator, finish, job, kill, poll, preempt, "
+       "stall, start, unresponsive)"),
     ("typo-restart-role", {"restart": {"workers": "never"}}, [],
      E + "restart.workers: unknown key (allowed: chief, evaluator, master, ps, worker)"),
     ("typo-restart-field", {"restart": {"ps": {"policy": "always", "retries": 2}}}, [],
@@ -165,6 +165,8 @@ CASES: list[tuple[str, object, list[str], str]] = [
     ("negative-timeout", {"timeouts": {"kill": -1}}, [],
      E + "timeouts.kill: must be at least 0.0, got -1"),
     ("zero-poll", {"timeouts": {"poll": 0}}, [], E + "timeouts.poll: must be greater than 0"),
+    ("negative-preempt", {"timeouts": {"preempt": -5}}, [],
+     E + "timeouts.preempt: must be at least 0.0, got -5"),
     ("nan-timeout", Raw('{"cluster": {"worker": 1}, "model_dir": "m", "timeouts": '
                         '{"stall": NaN}}'), [],
      E + "timeouts.stall: must be at least 0.0, got nan"),

@@ -46,6 +46,13 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
         (f"{_O}.decisions", f"{_O}.roles")),
     "orchestrator.tfformats": (
         "TF's file formats: protobuf wire, TFRecord, events, index headers", ()),
+    "orchestrator.preemption": (
+        "a preemption notice inside a task (stdlib only; `preempt_site/sitecustomize` arms "
+        "it): the chief's training session stops after its step and saves", ()),
+    "orchestrator.preempt_site": (
+        "the `sitecustomize` the launcher puts first on a task's PYTHONPATH: arms the notice "
+        "(loads orchestrator/preemption.py by its path), then chains to the one it hides",
+        ()),
     "orchestrator.steps": ("how many global steps make the job (max_steps or epochs)", ()),
     "orchestrator.sharding": ("which part of the data a task reads", ()),
     "orchestrator.elastic": (
@@ -91,8 +98,9 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
     "launcher.checks": (
         "plain value checks (`expect_*`, `check_keys`) and `Address`", ("launcher.errors",)),
     "launcher.ending": (
-        "how a job ends once training is done, a pure function; `JobResult`",
-        (f"{_O}.decisions", f"{_O}.roles")),
+        "how a job ends once training is done, or on a preemption notice (who saves, when "
+        "the wait for the checkpoint is over): pure functions; `JobResult`",
+        (f"{_O}.decisions", f"{_O}.preemption", f"{_O}.roles")),
     "launcher.spec": (
         "the spec as plain data, its validation (handed the backends' names)",
         ("launcher.checks", "launcher.errors", f"{_O}.policies", f"{_O}.roles")),
@@ -105,7 +113,7 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
     "launcher.plan": (
         "`TaskPlan`, `JobPlan`, `build_plan`, `Reservation`",
         ("launcher.checks", "launcher.expand", "launcher.model_dir", "launcher.spec",
-         f"{_O}.policies", f"{_O}.roles", f"{_O}.steps")),
+         f"{_O}.policies", f"{_O}.preemption", f"{_O}.roles", f"{_O}.steps")),
     "launcher.gpus": (
         "a host's GPUs (nvidia-smi's query), every task's devices (a pure assignment), "
         "over-asks refused",
@@ -113,13 +121,14 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
     "launcher.output": (
         "what a person sees: console, live view, progress line, closing lines, summary and "
         "task rows, metrics table, a failed task's traceback",
-        ("launcher.ending", "launcher.gpus", "launcher.model_dir", f"{_O}.checkpoints",
+        ("launcher.ending", "launcher.gpus", "launcher.model_dir", "launcher.signals",
+         f"{_O}.checkpoints",
          f"{_O}.coordinator", f"{_O}.decisions", f"{_O}.evaluated", f"{_O}.metrics_file",
          f"{_O}.roles", f"{_O}.sharding")),
     "launcher.records": (
         "what a run leaves on disk: events, state.json per run (the registry), model_dir's "
         "lease, what the run directory could not take, the launcher's own failure",
-        ("launcher.errors", "launcher.output", f"{_O}.decisions")),
+        ("launcher.errors", "launcher.output", "launcher.signals", f"{_O}.decisions")),
     "launcher.backends": (
         "the registry (one line per engine), the `Backend` interfaces, one module per engine "
         "(local, ssh, slurm, kubernetes, docker) and their helpers: processes, the remote "
@@ -144,7 +153,7 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("launcher.backends", "launcher.ending", "launcher.errors", "launcher.monitors",
          "launcher.output", "launcher.plan", "launcher.records", "launcher.restarts",
          "launcher.signals", "launcher.tasks", f"{_O}.decisions", f"{_O}.elastic",
-         f"{_O}.roles")),
+         f"{_O}.preemption", f"{_O}.roles")),
     "launcher.tensorboard": (
         "TensorBoard with the run: a process the launcher owns, beside the chief or on this "
         "machine, outside the verdict",
@@ -154,8 +163,8 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
         " the monitors, the job loop",
         ("launcher.backends", "launcher.ending", "launcher.errors", "launcher.gpus",
          "launcher.job", "launcher.model_dir", "launcher.monitors", "launcher.output",
-         "launcher.plan", "launcher.records", "launcher.redact", "launcher.spec",
-         "launcher.tensorboard", f"{_O}.coordinator", f"{_O}.roles")),
+         "launcher.plan", "launcher.records", "launcher.redact", "launcher.signals",
+         "launcher.spec", "launcher.tensorboard", f"{_O}.coordinator", f"{_O}.roles")),
     "launcher": ("the package: `launcher.run`, `launcher.dry_run`", ("launcher.api",)),
     "launcher.commands": (
         "the commands besides running a job: `launch list/status/logs/cancel` (through the "

@@ -15,6 +15,9 @@ import psutil
 import pytest
 from support import launch_cmd, run_launch, tfcluster_tasks, wait_gone
 
+from launcher.signals import PREEMPTED
+from orchestrator.preemption import NOTHING_TO_SAVE
+
 FAKE = str(Path(__file__).with_name("fake_task.py"))
 
 
@@ -102,9 +105,14 @@ def test_interrupting_launch_ends_every_task(tmp_path, sig):
         time.sleep(0.1)
     assert len(tfcluster_tasks()) == 5
     proc.send_signal(sig)
-    _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 128 + sig
-    assert f"interrupted by {signal.Signals(sig).name}" in err
+    out, err = proc.communicate(timeout=30)
+    if sig == signal.SIGTERM:   # a preemption notice: the chief says it has nothing to save
+        assert proc.returncode == PREEMPTED, err
+        assert f"[chief:0] {NOTHING_TO_SAVE}" in out + err
+        assert "preempted by SIGTERM; nothing in chief:0 saves on a notice" in err
+    else:
+        assert proc.returncode == 128 + sig
+        assert f"interrupted by {signal.Signals(sig).name}" in err
     assert not wait_gone(timeout=5)
 
 
@@ -130,8 +138,8 @@ def test_under_nohup_a_hangup_does_not_stop_the_run(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 128 + signal.SIGTERM, err
-    assert "interrupted by SIGTERM" in err
+    assert proc.returncode == PREEMPTED, err
+    assert "preempted by SIGTERM" in err
     assert not wait_gone(timeout=5)
 
 
