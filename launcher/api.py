@@ -353,15 +353,19 @@ def execute(spec: Spec, backend: Backend, plan: JobPlan, command: list[str] | No
         if crashed:
             raise LauncherFailed(reason) from e
         raise
-    from launcher.signals import PREEMPTED
+    import signal
+
+    from launcher.signals import PREEMPTED, held
 
     summary = {"status": result.status, "reason": result.reason, "duration": result.duration,
                "tasks": [{k: v for k, v in r.items() if k != "status"} for r in result.tasks],
                **({"preemption": result.preemption} if result.preemption else {})}
-    requeued = (result.status > 128 or result.status == PREEMPTED) and backend.requeued()
-    _release(leases, state, requeued)
-    state.finish(result.status, result.reason, summary if result.tasks else None,
-                 requeued=requeued, step=result.final_step)
+    with held(signal.SIGTERM):      # a requeue signals this very batch step: record it first
+        requeued = (result.status > 128 and backend.requeued()) or \
+            (result.status == PREEMPTED and backend.requeue())
+        _release(leases, state, requeued)
+        state.finish(result.status, result.reason, summary if result.tasks else None,
+                     requeued=requeued, step=result.final_step)
     return result
 
 

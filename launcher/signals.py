@@ -10,8 +10,10 @@ not reach it. An inherited SIG_IGN is kept.
 
 from __future__ import annotations
 
+import contextlib
 import signal
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -35,3 +37,16 @@ def catch(handler: Callable[[int, Any], Any],
 def restore(previous: dict[int, Any]) -> None:
     for sig, old in previous.items():
         signal.signal(sig, old)
+
+
+@contextlib.contextmanager
+def held(*signals: int) -> Iterator[None]:
+    """``signals`` that come inside the block are delivered after it (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)

@@ -302,6 +302,12 @@ class Backend(ABC):
         requeued Slurm batch job), so the run is queued, not cancelled."""
         return False
 
+    def requeue(self) -> bool:
+        """After a preemption notice: have the engine run this job again (a Slurm batch job
+        that asked for ``--requeue``: its warning signal before the time limit); True when
+        it will."""
+        return False
+
     def attempt(self) -> int:
         """How many times this run was started before in the same run directory (a
         requeued Slurm job): TFCLUSTER_RESTART_COUNT of every task."""

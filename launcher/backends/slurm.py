@@ -432,6 +432,18 @@ class SlurmBackend(Backend):
         m = re.search(r"\bRestarts=(\d+)", done.stdout) if done and done.returncode == 0 else None
         return m is not None and int(m.group(1)) > self.attempt()
 
+    def requeue(self) -> bool:
+        """The warning signal before the time limit was a preemption notice (the chief
+        saved): the batch job this launcher runs in goes back to the queue (``scontrol
+        requeue``; the script asked for ``--requeue``) and its next attempt resumes from the
+        checkpoint. A job Slurm already requeued (a preemption) is left as it is."""
+        job = os.environ.get("SLURM_JOB_ID") if self.inside_job else None
+        if not job:
+            return False
+        if self.requeued():
+            return True
+        return run_slurm(["scontrol", "requeue", job]).returncode == 0
+
     def attempt(self) -> int:
         """A requeued batch job runs again with SLURM_RESTART_COUNT = 1, 2..."""
         if not self.inside_job:

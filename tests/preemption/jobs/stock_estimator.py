@@ -24,8 +24,11 @@ class Pace(tf.estimator.SessionRunHook):
         time.sleep(PACE)
 
 
+# LOG_STEPS (bench/preemption.py): the chief logs its step more often than RunConfig's 100
+config = tf.estimator.RunConfig(**({"log_step_count_steps": int(os.environ["LOG_STEPS"])}
+                                   if os.environ.get("LOG_STEPS") else {}))
 estimator = tf.estimator.LinearClassifier([tf.feature_column.numeric_column("x", shape=(4,))],
-                                          config=tf.estimator.RunConfig())
+                                          config=config)
 tf.estimator.train_and_evaluate(
     estimator,
     tf.estimator.TrainSpec(input_fn, max_steps=int(os.environ["TFCLUSTER_MAX_STEPS"]),

@@ -20,6 +20,7 @@ if job == "ps":
     server.join()
 
 PACE = float(os.environ.get("PACE_SECS", "0.02"))
+LOG_STEPS = int(os.environ.get("LOG_STEPS", "50"))
 x = np.random.default_rng(0).normal(size=(1024, 4)).astype("float32")
 y = (x.sum(axis=1, keepdims=True) > 0).astype("float32")
 with v1.device(v1.train.replica_device_setter(cluster=cluster,
@@ -37,6 +38,6 @@ with v1.train.MonitoredTrainingSession(master=server.target, is_chief=job == "ch
                                        hooks=hooks) as sess:
     while not sess.should_stop():
         _, now = sess.run([train, step])
-        if now % 50 == 0:
+        if now % LOG_STEPS == 0:
             print(f"step = {now}", flush=True)
         time.sleep(PACE)
