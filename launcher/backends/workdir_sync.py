@@ -159,6 +159,50 @@ def _digest(path: str) -> tuple[str, int]:
     return h.hexdigest(), size
 
 
+class HashCache:
+    """The hashes of the last launch, by path, size, mtime and inode (as git's index): a
+    file that did not change is not read again. A file changed less than RACY seconds
+    before the launch is hashed anyway (its next change could keep its mtime)."""
+
+    RACY = 2.0
+
+    def __init__(self, root: str):
+        key = hashlib.sha256(root.encode()).hexdigest()[:16]
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+        self.path = os.path.join(base, "tfcluster", "sync-hashes", key + ".json")
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                self.old: dict[str, list] = json.load(f)
+        except (OSError, ValueError):
+            self.old = {}
+        self.new: dict[str, list] = {}
+        self.now = time.time()
+
+    def digest(self, full: str, st: os.stat_result) -> tuple[str, int]:
+        stamp = [st.st_size, st.st_mtime_ns, st.st_ino]
+        known = self.old.get(full)
+        if known is not None and known[:3] == stamp:
+            digest, size = known[3], st.st_size
+        else:
+            digest, size = _digest(full)
+        if self.now - st.st_mtime > self.RACY:
+            self.new[full] = [*stamp, digest]
+        return digest, size
+
+    def save(self) -> None:
+        """Kept for the next launch (private to the user); a cache that cannot be written
+        costs only time."""
+        try:
+            os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
+            temporary = f"{self.path}.{os.getpid()}"
+            with open(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w",
+                      encoding="utf-8") as f:
+                json.dump(self.new, f)
+            os.replace(temporary, self.path)
+        except OSError:
+            pass
+
+
 def inside(root: str, path: str) -> bool:
     return path == root or path.startswith(root + os.sep)
 
@@ -186,11 +230,14 @@ def manifest(root: str, leave_out: tuple[str, ...] = ()) -> Manifest:
     rules = IgnoreRules.of(root)
     skip = {os.path.abspath(p) for p in leave_out}
     found = Manifest(root)
-    _walk(root, "", rules, skip, found)
+    cache = HashCache(root)
+    _walk(root, "", rules, skip, found, cache)
+    cache.save()
     return found
 
 
-def _walk(root: str, rel_dir: str, rules: IgnoreRules, skip: set[str], found: Manifest) -> None:
+def _walk(root: str, rel_dir: str, rules: IgnoreRules, skip: set[str], found: Manifest,
+          cache: HashCache) -> None:
     folder = os.path.join(root, rel_dir)
     try:
         names = sorted(os.listdir(folder))
@@ -210,10 +257,10 @@ def _walk(root: str, rel_dir: str, rules: IgnoreRules, skip: set[str], found: Ma
             found.entries.append([rel, "l", 0, _link(root, full, rel)])
         elif is_dir:
             found.entries.append([rel, "d", 0o700, ""])
-            _walk(root, rel, rules, skip, found)
+            _walk(root, rel, rules, skip, found, cache)
         elif stat.S_ISREG(st.st_mode):
             try:
-                digest, size = _digest(full)
+                digest, size = cache.digest(full, st)
             except OSError as e:
                 raise PreflightError(f"workdir {root}: cannot read {rel}: {e.strerror}"
                                      f"{HINT}") from None

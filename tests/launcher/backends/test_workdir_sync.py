@@ -223,3 +223,24 @@ def test_paths_out_of_the_copy_are_refused_by_the_host(tmp_path):
     with pytest.raises(ValueError, match="path out of the folder"):
         host.sync_install({"area": str(area), "tree": found.tree, "entries": entries,
                            "incoming": state["incoming"]})
+
+
+def test_unchanged_files_are_not_read_again_and_a_changed_one_is(tmp_path, monkeypatch):
+    from launcher.backends import workdir_sync
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    root = folder(tmp_path / "w")
+    for path in (root / "train.py", root / "pkg" / "__init__.py", root / "pkg" / "deep" / "run.sh"):
+        os.utime(path, (1, 1))                     # long ago: not racy
+    read: list[str] = []
+    digest = workdir_sync._digest
+    monkeypatch.setattr(workdir_sync, "_digest", lambda p: (read.append(p), digest(p))[1])
+    first = manifest(str(root))
+    assert len(read) == 3
+    read.clear()
+    assert manifest(str(root)).tree == first.tree and read == []
+    (root / "train.py").write_text("import pkg  # changed\n")    # new mtime: read again
+    changed = manifest(str(root))
+    assert read == [str(root / "train.py")] and changed.tree != first.tree
+    assert stat.S_IMODE(os.stat(tmp_path / "cache" / "tfcluster" / "sync-hashes").st_mode) \
+        == 0o700
