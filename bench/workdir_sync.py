@@ -83,6 +83,8 @@ def main() -> int:
     parser.add_argument("--hosts", type=int, nargs="+", default=[4, 16])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--megabytes", type=int, default=50)
+    parser.add_argument("--checks-only", action="store_true",
+                        help="only the environment check rows (no copy)")
     args = parser.parse_args()
     why = missing_prerequisites()
     if why:
@@ -99,7 +101,7 @@ def main() -> int:
     rows: dict[str, list[float]] = {}
     try:
         for k in range(args.repeat):
-            for n in args.hosts:
+            for n in [] if args.checks_only else args.hosts:
                 sync_dir = str(area / f"run-{n}-{k}")
                 rows.setdefault(f"{n} hosts, no sync", []).append(
                     preflight(bed, n, workdir, "plain.py", None))

@@ -42,9 +42,10 @@ from dataclasses import dataclass
 
 from launcher.backends.base import Backend, ExecWatch, ProbeResult, TaskHandle
 from launcher.backends.docker_gpus import docker_args, docker_runtime_problem
+from launcher.backends.environment import check_programs_by_probe
 from launcher.backends.options import option
 from launcher.backends.processes import dies_with_parent, free_port, port_taken, task_environ
-from launcher.backends.remote_bootstrap import refusal_in_words
+from launcher.backends.remote_bootstrap import entry_script, refusal_in_words
 from launcher.checks import Address
 from launcher.errors import PreflightError, SpecError
 from launcher.model_dir import ModelDir
@@ -289,6 +290,14 @@ class DockerBackend(Backend):
         view = self.launcher_view(plan.model_dir)
         if view is not None and view != plan.model_dir:
             plan.storage = ModelDir(view, plan.storage.options)
+        self._check_network(plan)
+        # a Python task's script and TensorFlow, in the image (one container: one image,
+        # the same mounts for every task); a missing program is the start's own line
+        if any(entry_script(t.command) for t in plan.tasks):
+            check_programs_by_probe(plan, self, group=lambda task: self.options.image)
+
+    def _check_network(self, plan: JobPlan) -> None:
+        """Ports free on the host network; else a host name of its own for each task."""
         if self.host_network:
             for task in plan.tasks:
                 if not task.auto_port and port_taken(task.port):

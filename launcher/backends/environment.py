@@ -117,10 +117,11 @@ def check_local_programs(tasks, plan=None) -> None:
         raise PreflightError(f"{', '.join(names)}: {problem}")
 
 
-def check_programs_by_probe(plan, backend) -> None:
+def check_programs_by_probe(plan, backend, group=lambda task: task.host) -> None:
     """As check_local_programs, where the tasks run: one probe per host (``backend.probe``,
     with the first task's Python, environment and directory) runs the remote bootstrap's
-    check of every task's working directory and program there."""
+    check of every task's working directory, program and environment there. ``group``:
+    what tasks one probe checks together (Docker: every task, one image)."""
     import dataclasses
     import json
     from concurrent.futures import ThreadPoolExecutor
@@ -133,7 +134,7 @@ def check_programs_by_probe(plan, backend) -> None:
 
     hosts: dict[str, list] = {}
     for task in plan.tasks:
-        hosts.setdefault(task.host, []).append(task)
+        hosts.setdefault(group(task), []).append(task)
     code = ("import json, sys\nns = {'__name__': 'tfcluster_check'}\n"
             f"exec({source!r}, ns)\nns['check']('', json.loads(sys.argv[1]))\n")
     timeout = plan.timeouts.get("start", 60.0)
@@ -156,7 +157,8 @@ def check_programs_by_probe(plan, backend) -> None:
 
     try:
         with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
-            found = [p for problems in pool.map(run, hosts.values()) for p in problems]
+            found = _named_together([p for problems in pool.map(run, hosts.values())
+                                     for p in problems])
     except NotImplementedError:
         return
     if len(found) == 1:
@@ -164,3 +166,12 @@ def check_programs_by_probe(plan, backend) -> None:
     if found:
         raise PreflightError(f"{len(found)} tasks cannot start; nothing was started:\n"
                              + "\n".join(f"  {p}" for p in found))
+
+
+def _named_together(problems: list[str]) -> list[str]:
+    """``TASK: PROBLEM`` lines, tasks with the same problem named in one line."""
+    tasks_of: dict[str, list[str]] = {}
+    for line in problems:
+        task, _, problem = line.partition(": ")
+        tasks_of.setdefault(problem, []).append(task)
+    return [f"{', '.join(tasks)}: {problem}" for problem, tasks in tasks_of.items()]

@@ -195,6 +195,20 @@ def test_an_image_not_on_the_engine_is_refused_before_anything_starts(engine, tm
     assert not (tmp_path / "m").exists()
 
 
+def test_a_script_missing_in_the_image_is_one_line_and_nothing_starts(engine, image,
+                                                                      tmp_path):
+    """The environment check runs in the image (one probe container for every task): the
+    script the interpreter is given is not there."""
+    spec = write_spec(tmp_path, docker_spec("/nowhere/model", check_storage=False,
+                                            command=["python", "no_such_train.py"]))
+    done = run_launch(spec, "--run-dir", str(tmp_path / "run"), timeout=180)
+    assert done.returncode == 2, done.stderr
+    assert re.fullmatch(r"launch: error: ps:0, chief:0, worker:0, worker:1, evaluator:0: "
+                        r"script no_such_train.py not found in /\S* \(the task's workdir\)",
+                        done.stderr.strip()), done.stderr
+    assert engine.containers(label=RUN_LABEL) == []
+
+
 def test_a_command_missing_in_the_image_is_one_line_and_exit_status_2(engine, image,
                                                                        tmp_path):
     """The container's init cannot exec the command: one line naming the task, the command
