@@ -294,7 +294,8 @@ class DockerBackend(Backend):
         # a Python task's script and TensorFlow, in the image (one container: one image,
         # the same mounts for every task); a missing program is the start's own line
         if any(entry_script(t.command) for t in plan.tasks):
-            check_programs_by_probe(plan, self, group=lambda task: self.options.image)
+            check_programs_by_probe(plan, self, group=lambda task: self.options.image,
+                                    place="image")
 
     def _check_network(self, plan: JobPlan) -> None:
         """Ports free on the host network; else a host name of its own for each task."""

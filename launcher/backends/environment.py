@@ -117,11 +117,13 @@ def check_local_programs(tasks, plan=None) -> None:
         raise PreflightError(f"{', '.join(names)}: {problem}")
 
 
-def check_programs_by_probe(plan, backend, group=lambda task: task.host) -> None:
+def check_programs_by_probe(plan, backend, group=lambda task: task.host,
+                            place: str = "host") -> None:
     """As check_local_programs, where the tasks run: one probe per host (``backend.probe``,
     with the first task's Python, environment and directory) runs the remote bootstrap's
     check of every task's working directory, program and environment there. ``group``:
-    what tasks one probe checks together (Docker: every task, one image)."""
+    what tasks one probe checks together, named ``place`` in the lines (Slurm: each node;
+    Docker: every task, one image)."""
     import dataclasses
     import json
     from concurrent.futures import ThreadPoolExecutor
@@ -139,21 +141,23 @@ def check_programs_by_probe(plan, backend, group=lambda task: task.host) -> None
             f"exec({source!r}, ns)\nns['check']('', json.loads(sys.argv[1]))\n")
     timeout = plan.timeouts.get("start", 60.0)
 
-    def run(tasks) -> list[str]:
+    def run(tasks) -> list[tuple[str | None, str]]:
         items = [dict(check_item(t, plan), port=None) for t in tasks]
         python = probe_python(tasks[0].command)
         where = dataclasses.replace(tasks[0], cwd=None)     # the check looks at each cwd
         result = backend.probe(where, [python, "-c", code, json.dumps(items)], timeout)
+        at = f"{place} {group(tasks[0])}"
         for line in reversed(result.output.strip().splitlines()):
             if line.startswith("{"):
                 try:
-                    return list(json.loads(line)["problems"])
+                    return [(at, p) for p in json.loads(line)["problems"]]
                 except (ValueError, KeyError):
                     break
         detail = result.output.strip().splitlines()[-1:] or ["no output"]
-        return [f"{', '.join(t.name for t in tasks)}: {python} cannot run on host "
-                f"{tasks[0].host} (exit status {result.returncode}): {shown(detail[0])}; "
-                "Python 3 is needed there to check and start the tasks"]
+        return [(None, f"{', '.join(t.name for t in tasks)}: {python} cannot run on host "
+                       f"{tasks[0].host} (exit status {result.returncode}): "
+                       f"{shown(detail[0])}; Python 3 is needed there to check and start "
+                       "the tasks")]
 
     try:
         with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
@@ -168,10 +172,12 @@ def check_programs_by_probe(plan, backend, group=lambda task: task.host) -> None
                              + "\n".join(f"  {p}" for p in found))
 
 
-def _named_together(problems: list[str]) -> list[str]:
-    """``TASK: PROBLEM`` lines, tasks with the same problem named in one line."""
-    tasks_of: dict[str, list[str]] = {}
-    for line in problems:
+def _named_together(problems: list[tuple[str | None, str]]) -> list[str]:
+    """``(PLACE, "TASK: PROBLEM")``: one line for the tasks of one place with the same
+    problem, ``TASK, TASK on PLACE: PROBLEM``."""
+    tasks_of: dict[tuple[str | None, str], list[str]] = {}
+    for at, line in problems:
         task, _, problem = line.partition(": ")
-        tasks_of.setdefault(problem, []).append(task)
-    return [f"{', '.join(tasks)}: {problem}" for problem, tasks in tasks_of.items()]
+        tasks_of.setdefault((at, problem), []).append(task)
+    return [f"{', '.join(tasks)}{f' on {at}' if at else ''}: {problem}"
+            for (at, problem), tasks in tasks_of.items()]

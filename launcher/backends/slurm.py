@@ -552,7 +552,7 @@ class SlurmBackend(Backend):
         from launcher.backends.environment import check_programs_by_probe
 
         self._plan_tasks = {t.name: t for t in plan.tasks}
-        check_programs_by_probe(plan, self)
+        check_programs_by_probe(plan, self, group=self._node_for, place="node")
 
     def _node_for(self, task: TaskPlan) -> str:
         if self.job_id is None:

@@ -203,8 +203,9 @@ def test_a_script_missing_in_the_image_is_one_line_and_nothing_starts(engine, im
                                             command=["python", "no_such_train.py"]))
     done = run_launch(spec, "--run-dir", str(tmp_path / "run"), timeout=180)
     assert done.returncode == 2, done.stderr
-    assert re.fullmatch(r"launch: error: ps:0, chief:0, worker:0, worker:1, evaluator:0: "
-                        r"script no_such_train.py not found in /\S* \(the task's workdir\)",
+    assert re.fullmatch(r"launch: error: ps:0, chief:0, worker:0, worker:1, evaluator:0 on "
+                        rf"image {re.escape(IMAGE)}: script no_such_train.py not found in "
+                        r"/\S* \(the task's workdir\)",
                         done.stderr.strip()), done.stderr
     assert engine.containers(label=RUN_LABEL) == []
 

@@ -125,6 +125,27 @@ def test_more_nodes_than_the_cluster_has_fail_cleanly(tmp_path, slurm_cluster):
     assert released(slurm_cluster)
 
 
+def test_a_node_whose_interpreter_lacks_tensorflow_is_named(tmp_path, slurm_cluster):
+    """The environment check runs on each node (the node step's probe) before any task."""
+    (tmp_path / "train.py").write_text("import tensorflow as tf\n")
+    spec = write_spec(tmp_path, command=["/usr/bin/python3", "train.py"],
+                      workdir=str(tmp_path), evaluator=None,
+                      cluster={"chief": ["a"], "ps": ["b"]})
+    done = run_launch(str(spec), "--run-dir", str(tmp_path / "run"), env=slurm_cluster.env,
+                      timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines()[-3:] == [
+        "launch: error: 2 tasks cannot start; nothing was started:",
+        "  ps:0 on node n2: /usr/bin/python3 cannot import tensorflow (the entry script "
+        "train.py imports it): install TensorFlow for that interpreter, or give the task "
+        "one that has it",
+        "  chief:0 on node n1: /usr/bin/python3 cannot import tensorflow (the entry script "
+        "train.py imports it): install TensorFlow for that interpreter, or give the task "
+        "one that has it"], done.stderr
+    assert not (tmp_path / "model").exists()
+    assert released(slurm_cluster)
+
+
 def test_failing_step_fails_the_job_and_releases_the_allocation(tmp_path, slurm_cluster):
     script = 'if [ "$TFCLUSTER_TASK" = worker:0 ]; then sleep 1; exit 3; fi; exec sleep 120'
     spec = write_spec(tmp_path, command=["bash", "-c", script])

@@ -42,9 +42,10 @@ def probed_plan(tmp_path, command, **extra):
 
 
 @pytest.mark.parametrize("command, extra, message", [
-    (["no-such-trainer"], {}, "chief:0: program no-such-trainer not found on PATH ("),
+    (["no-such-trainer"], {},
+     "chief:0, worker:0 on host localhost: program no-such-trainer not found on PATH ("),
     ([sys.executable, "-c", "pass"], {"workdir": "/no/such/dir"},
-     "chief:0: working directory /no/such/dir does not exist"),
+     "chief:0, worker:0 on host localhost: working directory /no/such/dir does not exist"),
     (["python3.99", "t.py"], {},
      "chief:0, worker:0: python3.99 cannot run on host localhost (exit status 127): [Errno 2] "
      "No such file or directory: 'python3.99'; Python 3 is needed there to check and start "
@@ -66,3 +67,52 @@ def test_programs_that_are_there_pass_the_probe(tmp_path):
 
     plan, backend = probed_plan(tmp_path, [sys.executable, "-c", "pass"])
     check_programs_by_probe(plan, backend)
+
+
+def local_launch(tmp_path, command, **extra):
+    from support import run_launch
+
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"cluster": {"chief": 1, "ps": 1}, "command": command,
+                                "model_dir": str(tmp_path / "model"), "max_steps": 1,
+                                "workdir": str(tmp_path), **extra}))
+    return run_launch(str(spec), timeout=120)
+
+
+def test_local_a_missing_script_is_one_line_before_anything_starts(tmp_path):
+    done = local_launch(tmp_path, [sys.executable, "-u", "train.py"])
+    assert done.returncode == 2
+    assert done.stderr.strip() == (f"launch: error: ps:0, chief:0: script train.py not found "
+                                   f"in {tmp_path} (the task's workdir)")
+    assert not (tmp_path / "model").exists()
+
+
+def test_local_an_interpreter_without_tensorflow_is_named(tmp_path):
+    (tmp_path / "train.py").write_text("import tensorflow as tf\n")
+    done = local_launch(tmp_path, ["/usr/bin/python3", "train.py"])
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "launch: error: ps:0, chief:0: /usr/bin/python3 cannot import tensorflow (the entry "
+        "script train.py imports it): install TensorFlow for that interpreter, or give the "
+        "task one that has it")
+
+
+def test_local_tensorboard_missing_for_the_chiefs_interpreter_is_named(tmp_path):
+    (tmp_path / "train.py").write_text("print('no tensorflow')\n")
+    done = local_launch(tmp_path, ["/usr/bin/python3", "train.py"], tensorboard=True)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "launch: error: chief:0: no tensorboard for /usr/bin/python3 (the spec asks for "
+        "TensorBoard): pip install tensorboard into that environment")
+
+
+@pytest.mark.parametrize("argv, script", [
+    (["python3", "-u", "-W", "ignore", "t.py", "--x"], "t.py"),
+    (["/opt/venv/bin/python3.11", "-X", "dev", "t.py"], "t.py"),
+    (["python", "-m", "pkg.train"], None), (["python", "-c", "pass"], None),
+    (["bash", "t.py"], None), (["python"], None),
+])
+def test_entry_script_of_a_python_command_line(argv, script):
+    from launcher.backends.remote_bootstrap import entry_script
+
+    assert entry_script(argv) == script
