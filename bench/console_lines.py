@@ -62,14 +62,16 @@ JOBS = {
 
 
 def run(tree: Path, name: str, tmp: Path) -> dict:
-    spec = {"name": name, "backend": "local", **JOBS[name](), "model_dir": str(tmp / "model")}
+    spec = {"name": name, "backend": "local", **JOBS[name](), "model_dir": str(tmp / "model"),
+            "timeouts": {"start": 300}}      # a loaded machine starts TensorFlow slowly
     (tmp / "spec.json").write_text(json.dumps(spec))
     env = {**os.environ, "PYTHONPATH": str(tree),
            "TFCLUSTER_EXAMPLES_DATA": str(Path(tempfile.gettempdir()) / "tfcluster-data")}
+    # run in the tree: `python -c` puts the working directory first on sys.path
     launch = "import sys; from launcher.cli import main; sys.exit(main())"
     proc = subprocess.run([sys.executable, "-c", launch,
                            str(tmp / "spec.json"), "--run-dir", str(tmp / "run")],
-                          cwd=REPO, env=env, stdin=subprocess.DEVNULL,
+                          cwd=tree, env=env, stdin=subprocess.DEVNULL,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     (tmp.parent / f"{name}.console.txt").write_text(proc.stdout)
     lines = proc.stdout.splitlines()
