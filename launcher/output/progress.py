@@ -75,8 +75,8 @@ def output_progress(steps: TrainerSteps | None, p: Progress, now: float, since: 
     known_at = p.step_at if p.step_at is not None and known is not None else since
     quiet = steps.quiet_after(QUIET_AFTER)
     newest, shown = steps.newest(), None
-    if newest is not None and (known is None or newest.step > known) and \
-            (now - newest.at < quiet or newest.at >= known_at):    # the fresher source
+    if newest is not None and (known is None or newest.step > known and
+                               newest.at >= known_at):      # the fresher source wins
         known, known_at = newest.step, newest.at
         shown = OutputProgress(newest.step, newest.task, now - newest.at, quiet_after=quiet)
     rate = steps.rate()         # steps since the newest known one, from global_step/sec

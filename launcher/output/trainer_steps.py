@@ -37,6 +37,7 @@ OWN_MODEL_DIR = re.compile(r"Using config: \{'_model_dir': '([^']+)'|"
                            r"Using temporary folder as model directory: (\S+)")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 RATES_KEPT = 400      # global_step/sec lines kept per task
+FIRST_QUIET = 60.0    # s a first step line counts as current while the pace is unknown
 STALE = 30.0          # s: a task's step this much older than the freshest one is left out
 
 
@@ -122,9 +123,11 @@ class TrainerSteps:
     def quiet_after(self, least: float) -> float:
         """Seconds without a new line after which the trainers' output counts as quiet:
         ``least``, or twice the longest interval between a task's last two lines (an
-        Estimator logs its step every 100 steps: 20 s apart at 5 steps/s)."""
+        Estimator logs its step every 100 steps: 20 s apart at 5 steps/s); FIRST_QUIET
+        while no task wrote two yet (its pace is not known)."""
         with self._lock:
-            return max([least] + [2 * t.every for t in self._tasks.values()])
+            every = [2 * t.every for t in self._tasks.values() if t.every > 0]
+        return max([least] + every) if every else max(least, FIRST_QUIET)
 
     def moving(self, now: float, least: float) -> float | None:
         """When a trainer's output last showed a new step or a rate, while that counts as

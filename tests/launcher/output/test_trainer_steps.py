@@ -104,9 +104,13 @@ def test_no_new_step_only_when_no_source_moved():
     assert "steps moving in the trainers' output 2s ago, none new in model_dir for 45s" in moving
     steps = TrainerSteps(FakeClock())
     steps.see("chief:0", "loss = 0.3, step = 120 (2.1 sec)")
-    stale = output_progress(steps, p, 40.0, 0.0)
-    assert "no new step for 40s (chief:0's output)" in progress_line(p, 40, now=40.0,
-                                                                    output=stale)
+    # one line: its pace is not known; it is stated with its age for a minute, then quiet
+    young = output_progress(steps, p, 40.0, 0.0)
+    assert "step 120/400 (30%), from chief:0's output 40s ago" in progress_line(
+        p, 40, now=40.0, output=young)
+    stale = output_progress(steps, p, 65.0, 0.0)
+    assert "no new step for 1m05s (chief:0's output)" in progress_line(p, 65, now=65.0,
+                                                                      output=stale)
 
 
 def test_the_events_file_s_step_says_where_it_comes_from():
@@ -230,7 +234,7 @@ def test_the_output_s_own_cadence_says_when_it_is_quiet():
 
 def test_an_older_output_step_gives_way_to_a_fresher_model_dir():
     """A worker's step line at 25 s (step 202) and the events file's step 201 seen at 30 s:
-    at 45 s the line is model_dir's, not 'no new step' from an older source."""
+    the line is model_dir's, the fresher source, until the output says more."""
     clock = FakeClock()
     steps = TrainerSteps(clock)
     clock.now = 25.0
@@ -239,7 +243,9 @@ def test_an_older_output_step_gives_way_to_a_fresher_model_dir():
     p = Progress(max_steps=602, checkpoint=ckpt, events_step=201, step_at=30.0,
                  steps_per_sec=17.0)
     assert output_progress(steps, p, 45.0, 0.0) is None
-    assert output_progress(steps, p, 31.0, 0.0).step == 202     # fresh: still ahead
+    clock.now = 31.0
+    steps.see("worker:0", "INFO:tensorflow:loss = 0.3, step = 302 (6.0 sec)")
+    assert output_progress(steps, p, 32.0, 0.0).step == 302     # fresher: it wins
 
 
 def test_an_age_that_grows_is_no_new_line(tmp_path):
@@ -255,4 +261,4 @@ def test_an_age_that_grows_is_no_new_line(tmp_path):
     lines = [line for line in err.getvalue().splitlines() if "from chief:0's output" in line]
     assert len(lines) == 1 and lines[0].startswith("tfcluster: progress: step 40/100 (40%), "
                                                    "from chief:0's output "), lines
-    assert "no new step for 10s (chief:0's output)" in err.getvalue()    # news: said
+    assert "no new step" not in err.getvalue()      # one line: its pace is not known yet
