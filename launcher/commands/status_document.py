@@ -40,6 +40,7 @@ def status_document(state: dict, run_dir: str, now_state: str, note: str | None
         "duration": _duration(state, live),
         "verdict": None if live else _verdict(state, summary),
         "step": step, "latest_step": progress.get("latest_step", step),
+        "step_source": progress.get("step_source"),
         "max_steps": state.get("max_steps"), "checkpoint": state.get("checkpoint"),
         "rate": progress.get("rate") if live else None,
         "eta": _eta(progress) if live else None,

@@ -113,7 +113,9 @@ class CoordinatorMonitor:
         state = self.job_state(tasks, now)
         self.console.progress(p, tasks, self._restarts, silent, state)
         if self.on_progress is not None:
-            self.on_progress(progress_fields(p))
+            started = self._started if self._started is not None else now
+            self.on_progress(progress_fields(p, output_progress(self.console.steps, p, now,
+                                                                started)))
         self._maybe_print(p, now, silent, state)
         decision = self.coordinator.judge(tasks)
         if decision is None:

@@ -11,7 +11,9 @@ import jsonschema
 import pytest
 
 from launcher.cli import main
+from launcher.output.progress import OutputProgress, progress_fields
 from launcher.records.registry import RunState, write_json_atomic
+from orchestrator.coordinator import Progress
 from orchestrator.decisions import TaskState
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[3] / "cluster_specs" /
@@ -44,7 +46,8 @@ def new_run(tmp_path, running: bool) -> RunState:
                                          "held": True, "since": 1.0, "heartbeat": 2.0,
                                          "lost_to": None})
     state.on_event("checkpoint", {"step": 200, "name": "model.ckpt-200"})
-    state.record_progress({"step": 200, "latest_step": 240, "rate": 20.0, "eta": 8.0,
+    state.record_progress({"step": 200, "latest_step": 240, "step_source": "model_dir",
+                           "rate": 20.0, "eta": 8.0,
                            "evaluation": {"step": 200, "metrics": {"loss": 0.5,
                                                                    "accuracy": 0.75}},
                            "evaluated_step": 200})
@@ -116,3 +119,15 @@ def test_the_schema_is_valid_and_names_every_field_the_document_has(tmp_path, ca
     new_run(tmp_path, running=True)
     _, doc = status_json(capsys, "job-1")
     assert set(doc) == set(SCHEMA["required"]) == set(SCHEMA["properties"])
+
+
+def test_the_progress_recorded_is_the_freshest_a_trainers_output_ahead_of_model_dir():
+    """Keras writes its step once per epoch, MWMS Estimators only their first and last
+    checkpoints: the trainers' own output is then ahead, and the document says so."""
+    p = Progress(max_steps=400, events_step=100, steps_per_sec=2.0)
+    assert progress_fields(p)["latest_step"] == 100
+    ahead = progress_fields(p, OutputProgress(300, "chief:0", 1.0, rate=10.0))
+    assert (ahead["latest_step"], ahead["step_source"], ahead["rate"], ahead["eta"]) == \
+        (300, "chief:0's output", 10.0, 10.0)
+    behind = progress_fields(p, OutputProgress(50, "chief:0", 1.0))
+    assert (behind["latest_step"], behind["step_source"]) == (100, "model_dir")
