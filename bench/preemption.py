@@ -65,7 +65,7 @@ def one(tree: Path, kind: str, moment: int, work: Path) -> dict:
             "run_dir": str(work / "runs"), "env": {"PACE_SECS": "0.02", "LOG_STEPS": "10"},
             "timeouts": {"kill": 5, "start": 180, "stall": 600}}
     (work / "spec.json").write_text(json.dumps(spec))
-    env = dict(os.environ, PYTHONPATH=str(tree))
+    env = dict(os.environ, PYTHONPATH=str(tree), TFCLUSTER_RUNS=str(work / "root"))
     proc = subprocess.Popen([PY215, "-m", "launcher.cli", str(work / "spec.json")], cwd=tree,
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 600

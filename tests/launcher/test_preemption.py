@@ -5,13 +5,17 @@ last the ps. The real-TensorFlow side: tests/faults/test_preemption.py."""
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 
 import pytest
 from scripted_backend import Script, ScriptedBackend, run_job
 
+from launcher.api import dry_run, parse_spec
 from launcher.ending import TrainingView
 from launcher.errors import SpecError
+from launcher.plan import SITE_HERE
 from launcher.signals import PREEMPTED
 from orchestrator.decisions import Decision
 from orchestrator.preemption import NOTHING_TO_SAVE, SAVING
@@ -159,3 +163,38 @@ def test_a_bad_timeouts_preempt_is_one_line(tmp_path, value, words):
         run_job({"cluster": CLUSTER, "timeouts": {"preempt": value}}, ScriptedBackend({}),
                 tmp_path)
     assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def plan_of(doc: dict):
+    from launcher.plan import Notice, build_plan
+
+    spec = parse_spec(json.dumps({"command": ["train"], "model_dir": "/m", **doc}))
+    return build_plan(spec, port_for=lambda host: 2222, notice=Notice())
+
+
+def test_the_plan_arms_the_notice_first_on_the_tasks_pythonpath():
+    plan = plan_of({"cluster": CLUSTER, "env": {"PYTHONPATH": "/mine"}})
+    for task in plan.tasks:
+        assert task.env["TFCLUSTER_PREEMPT"] == "URG"
+        assert task.env["TFCLUSTER_PREEMPT_GRACE"] == "60"
+        assert task.env["PYTHONPATH"] == f"{SITE_HERE}{os.pathsep}/mine"
+    assert os.path.isfile(os.path.join(SITE_HERE, "sitecustomize.py"))
+
+
+@pytest.mark.parametrize("doc", [
+    {"cluster": CLUSTER, "timeouts": {"preempt": 0}},       # the notice turned off
+    {"cluster": {"worker": 2}},     # MultiWorkerMirroredStrategy: TensorFlow's own handler
+])
+def test_no_notice_is_armed_when_off_or_for_mwms(doc):
+    for task in plan_of(doc).tasks:
+        assert "TFCLUSTER_PREEMPT" not in task.env and "PYTHONPATH" not in task.env
+
+
+def test_kubernetes_pods_carry_the_grace_period_and_the_sigterm_notice():
+    doc = json.loads(dry_run({"cluster": {"chief": 1, "ps": 1}, "command": ["train"],
+                              "model_dir": "/m", "backend": "kubernetes",
+                              "timeouts": {"preempt": 90, "kill": 5}}, as_json=True))
+    rendered = doc["rendered"]
+    assert rendered.count("terminationGracePeriodSeconds: 95") == 2, rendered
+    assert "value: URG,TERM" in rendered
+    assert "/opt/tfcluster/orchestrator/preempt_site" in rendered

@@ -19,8 +19,11 @@ from test_slurm_backend import node_steps, released, squeue, write_spec
 
 from launcher.backends.slurm import LIVE_STATES, job_state
 from launcher.records.lease import LEASE_FILE
+from orchestrator.checkpoints import newest_complete
+from orchestrator.preemption import SAVING
 
 FAULT_JOB = str(REPO / "tests" / "faults" / "jobs" / "estimator_job.py")
+STOCK_ESTIMATOR = REPO / "tests" / "preemption" / "jobs" / "stock_estimator.py"
 FAKE_TASK = str(REPO / "tests" / "local" / "fake_task.py")
 # each task says which attempt of the run it is, then becomes the job
 SHOW_ATTEMPT = 'echo "$TFCLUSTER_TASK restart count $TFCLUSTER_RESTART_COUNT"; exec "$0" "$@"'
@@ -152,6 +155,48 @@ def test_detached_job_runs_to_the_end_and_a_requeue_resumes_it(tmp_path, runs,
     assert "attempt 2" in status.stdout
     assert released(slurm_cluster)
     assert not lease.exists()           # the second attempt renewed it, then let it go
+
+
+@pytest.mark.tf
+def test_the_warning_signal_saves_requeues_and_the_next_attempt_resumes(tmp_path, runs,
+                                                                      slurm_cluster):
+    """A stock Estimator job (a checkpoint every 600 s) gets the warning signal before its
+    time limit (what --signal=B:TERM delivers: SIGTERM to the batch step). The chief saves
+    where it is, the launcher requeues the job, the next attempt resumes from that
+    checkpoint and ends 0 at max_steps, no restart charged. A chief (n1) and its ps (n2)."""
+    spec = write_spec(tmp_path, name="slurm-preempt", evaluator=None, max_steps=700,
+                      cluster={"chief": ["a"], "ps": ["b"]},
+                      command=[PY_TF215, str(STOCK_ESTIMATOR)], env={"PACE_SECS": "0.02"},
+                      timeouts={"finish": 30, "kill": 5})
+    run_id, job = submit(spec, runs)
+    run_dir = tmp_path / "runs" / run_id
+    chief_log = run_dir / "logs" / "chief-0.log"
+    logged = wait_for(lambda: (s := logged_steps(chief_log)) and s[-1] >= 200 and s[-1], 240,
+                      "the chief's step 200")
+    slurm_cluster.run("scancel", "--batch", "--signal=TERM", job)     # the warning signal
+    start_now(slurm_cluster, job)
+    final = wait_for(lambda: (s := state_of(tmp_path, run_id))["state"] in
+                     ("succeeded", "failed", "cancelled", "preempted") and s, 300,
+                     "the end of the run")
+    assert final["state"] == "succeeded" and final["attempt"] == 1, final
+    assert all(t["restarts"] == 0 for t in final["tasks"]), final["tasks"]
+    first = (run_dir / "logs" / "attempt-0" / "chief-0.log").read_text(errors="replace")
+    assert SAVING in first
+    saved = [int(m.group(1)) for m in re.finditer(r"Saving checkpoints for (\d+)", first)]
+    assert saved and saved[-1] >= logged, (saved, logged)
+    resumed = logged_steps(chief_log)
+    assert saved[-1] <= min(resumed) < saved[-1] + 100, (saved, resumed)
+    assert newest_complete(str(tmp_path / "model")).step == 700
+    wait_for(lambda: job_state(job) not in LIVE_STATES, 30, "the job's end")
+    assert released(slurm_cluster)
+
+
+def logged_steps(log: Path) -> list[int]:
+    try:
+        return [int(m.group(1)) for m in re.finditer(r"\bstep = (\d+)",
+                                                    log.read_text(errors="replace"))]
+    except OSError:
+        return []
 
 
 def test_cancel_of_a_detached_run_leaves_no_job_no_step_no_task(tmp_path, runs,
