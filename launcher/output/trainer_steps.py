@@ -55,8 +55,7 @@ class OutputStep:
 class _Task:
     step: int | None = None
     step_at: float = 0.0
-    every: float = 0.0       # s between its last two step or rate lines
-    last_at: float | None = None
+    every: float = 0.0       # s between its last two step lines, or two rate lines
     epoch: int = 1
     per_epoch: int | None = None
     rates: collections.deque = None  # type: ignore[assignment]
@@ -93,8 +92,9 @@ class TrainerSteps:
                 return
             m = RATE_LINE.search(text)
             if m:
+                if task.rates:      # one line every 100 steps, as the step lines
+                    task.every = max(task.every, now - task.rates[-1][0])
                 task.rates.append((now, float(m.group(1))))
-                self._beat(task, now)
                 return
             m = EPOCH_LINE.match(text)
             if m:
@@ -108,17 +108,12 @@ class TrainerSteps:
                 per_epoch = task.per_epoch or 0
                 self._set(task, (task.epoch - 1) * per_epoch + done, now)
 
-    @classmethod
-    def _set(cls, task: _Task, step: int, now: float) -> None:
-        if step != task.step:
-            task.step, task.step_at = step, now
-            cls._beat(task, now)
-
     @staticmethod
-    def _beat(task: _Task, now: float) -> None:
-        if task.last_at is not None:
-            task.every = now - task.last_at
-        task.last_at = now
+    def _set(task: _Task, step: int, now: float) -> None:
+        if step != task.step:
+            if task.step is not None:
+                task.every = now - task.step_at
+            task.step, task.step_at = step, now
 
     def quiet_after(self, least: float) -> float:
         """Seconds without a new line after which the trainers' output counts as quiet:

@@ -262,3 +262,16 @@ def test_an_age_that_grows_is_no_new_line(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("tfcluster: progress: step 40/100 (40%), "
                                                    "from chief:0's output "), lines
     assert "no new step" not in err.getvalue()      # one line: its pace is not known yet
+
+
+def test_a_step_line_and_a_rate_line_together_keep_the_pace():
+    """Estimator writes 'step = 100' and 'global_step/sec' at the same step: its pace is
+    20 s, not the instant between the two lines."""
+    clock = FakeClock()
+    steps = TrainerSteps(clock)
+    for step in (0, 100):
+        steps.see("chief:0", f"INFO:tensorflow:loss = 0.3, step = {step} (20.0 sec)")
+        steps.see("chief:0", "INFO:tensorflow:global_step/sec: 5")
+        clock.sleep(20)
+    assert steps.quiet_after(10.0) == 40.0
+    assert steps.moving(55.0, 10.0) == 20.0
