@@ -612,7 +612,7 @@ class JobWatch:
 def write_plan(run_dir: str, plan: JobPlan) -> None:
     """plan.json: a task per line (json's C encoder; with an indent, 1,000 tasks of 1,000
     addresses each took seconds before the first start)."""
-    from launcher.records.registry import json_text
+    from launcher.records.registry import json_pieces
 
     with open(os.path.join(run_dir, "plan.json"), "w", encoding="utf-8") as f:
-        f.write(json_text(public_plan(plan)))
+        f.writelines(json_pieces(public_plan(plan)))

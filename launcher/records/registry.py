@@ -18,6 +18,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Callable
 
 from launcher.errors import UsageError
@@ -51,16 +52,25 @@ def json_text(doc: Any) -> str:
     """``doc`` as JSON, a key per line and a list of objects (the task rows) an object per
     line: readable, and written by json's C encoder (an ``indent`` would take its pure-Python
     one: ~10x the CPU for a thousand task rows, rewritten while the tasks start)."""
+    return "".join(json_pieces(doc))
+
+
+def json_pieces(doc: Any) -> Iterator[str]:
+    """``json_text`` piece by piece (a line each): a large document (plan.json of 1,000
+    tasks, 20 MB) is written without being held whole."""
     if not isinstance(doc, dict):
-        return json.dumps(doc, default=str)
-
-    def value(v: Any) -> str:
-        if isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
-            return "[\n" + ",\n".join("  " + json.dumps(x, default=str) for x in v) + "\n ]"
-        return json.dumps(v, default=str)
-
-    return "{\n" + ",\n".join(f" {json.dumps(k)}: {value(v)}" for k, v in doc.items()) + \
-        "\n}\n"
+        yield json.dumps(doc, default=str)
+        return
+    for n, (key, value) in enumerate(doc.items()):
+        head = "{\n" if n == 0 else ",\n"
+        if isinstance(value, list) and value and all(isinstance(x, dict) for x in value):
+            yield f"{head} {json.dumps(key)}: [\n"
+            for i, item in enumerate(value):
+                yield ("  " if i == 0 else ",\n  ") + json.dumps(item, default=str)
+            yield "\n ]"
+        else:
+            yield f"{head} {json.dumps(key)}: {json.dumps(value, default=str)}"
+    yield "\n}\n" if doc else "{}\n"
 
 
 def write_json_atomic(path: str, doc: Any) -> None:
