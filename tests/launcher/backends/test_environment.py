@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import pytest
@@ -116,3 +117,24 @@ def test_entry_script_of_a_python_command_line(argv, script):
     from launcher.backends.remote_bootstrap import entry_script
 
     assert entry_script(argv) == script
+
+
+@pytest.mark.tf
+def test_a_model_dir_tensorflow_cannot_open_is_named_though_fsspec_could(tmp_path):
+    """TensorFlow 2.15 has no s3:// filesystem of its own (tensorflow-io brings it): the
+    launcher's fsspec opens s3:// where the task's TensorFlow cannot."""
+    from support import PY_TF215
+
+    from launcher.backends.remote_bootstrap import environment_problems
+
+    (tmp_path / "train.py").write_text("import tensorflow as tf\n")
+    item = {"task": "chief:0", "program": PY_TF215, "argv": [PY_TF215, "train.py"],
+            "model_dir": "s3://bucket/model", "env": {}}
+    problems, version = environment_problems(item, str(tmp_path), os.environ["PATH"])
+    assert version is not None and version.startswith("2.15")
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(f"model_dir s3://bucket/model: TensorFlow {version} of "
+                                  f"{PY_TF215} cannot open it (")
+    assert "'s3' not implemented" in problems[0]
+    assert problems[0].endswith("; pip install tensorflow-io and import tensorflow_io in "
+                                "the script")
