@@ -198,3 +198,22 @@ def test_kubernetes_pods_carry_the_grace_period_and_the_sigterm_notice():
     assert rendered.count("terminationGracePeriodSeconds: 95") == 2, rendered
     assert "value: URG,TERM" in rendered
     assert "/opt/tfcluster/orchestrator/preempt_site" in rendered
+
+
+def test_mwms_trainers_all_get_sigterm_the_notice_tensorflow_listens_to(tmp_path):
+    """MultiWorkerMirroredStrategy: PreemptionCheckpointHandler answers SIGTERM in every
+    trainer; without it they end by it, which ends the wait."""
+    backend = ScriptedBackend({})
+    notice = SigtermAt(backend)
+    result, _ = run_job({"cluster": {"chief": 1, "worker": 2},
+                         "timeouts": {"kill": 2, "preempt": 20}},
+                        backend, tmp_path, monitors=[notice], before=notice,
+                        training=lambda: TrainingView(max_steps=1000, final_step=300))
+    assert result.status == PREEMPTED
+    assert result.preemption["notified"] == ["chief:0", "worker:0", "worker:1"]
+    for name in ("chief:0", "worker:0", "worker:1"):
+        assert backend.handles[name][0].signals == [signal.SIGTERM]
+        assert first_signal(backend, name) < NOTICE_AT + 0.5
+    assert result.reason == ("preempted by SIGTERM; chief:0, worker:0, worker:1 ended "
+                             "without a new checkpoint")
+    assert all(t.words() == "stopped (SIGTERM)" for t in result.tasks)
