@@ -308,10 +308,11 @@ def _names_text(tasks: list[TaskState]) -> str:
 
 
 # ---------------------------------------------------------------------- a preemption notice
-# s a saver has to answer a notice (its handler prints a line at once): one that does not
-# has no handler (not Python, no sitecustomize), and its checkpoint is not waited for. The
-# notice is sent again each RESEND s until it answers (one sent before the handler was
-# armed, as the task started, is lost).
+# s a saver has to answer a notice (its handler prints a line at once) or save: one that
+# does neither has no handler (not Python, no sitecustomize; MultiWorkerMirroredStrategy
+# trainers without PreemptionCheckpointHandler, whose TensorFlow swallows SIGTERM), and its
+# checkpoint is not waited for. The SIGURG notice is sent again each RESEND s until it
+# answers (one sent before the handler was armed, as the task started, is lost).
 ANSWER_WITHIN = 10.0
 RESEND = 1.0
 
@@ -325,7 +326,6 @@ class Notice:
     notified: tuple[str, ...]       # the savers it was sent to
     step: int | None = None         # the newest step known at the notice
     saved: int | None = None        # the newest complete checkpoint's step then
-    answers: bool = True            # the savers' handler answers in their output (SIGURG)
     outcome: str = ""               # why the wait ended
 
     def to_dict(self) -> dict:
@@ -361,7 +361,7 @@ def over(notice: Notice, now: float, tasks: list[TaskState], training: TrainingV
         return f"nothing in {', '.join(nothing)} saves on a notice (no training session open)"
     if not any(t.running for t in tasks if t.name in notice.notified):
         return f"{names} ended without a new checkpoint"
-    if notice.answers and not answered and now - notice.at >= min(ANSWER_WITHIN, notice.bound):
+    if not answered and now - notice.at >= min(ANSWER_WITHIN, notice.bound):
         return (f"{names} did not answer the notice within {ANSWER_WITHIN:g}s (no notice "
                 "handler in it: docs/preemption.md)")
     if now - notice.at >= notice.bound:

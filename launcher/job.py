@@ -287,7 +287,7 @@ class Job:
         sends = signal.SIGTERM if synchronous else self.backend.notice.sends
         notified = [r for r in self.tasks.runs if r.name in savers(tasks, synchronous)]
         notice = Notice(self.clock(), self.timeouts["preempt"], tuple(r.name for r in notified),
-                        view.latest_step, view.final_step, answers=sends == NOTICE)
+                        view.latest_step, view.final_step)
         self.notice = notice
         self.events.write("preemption_notice", tasks=list(notice.notified),
                           signal=signal.Signals(sends).name, step=notice.step,
@@ -300,7 +300,7 @@ class Job:
         ticked = sent = -float("inf")
         answered: dict[str, str] = {}
         while True:
-            if self.clock() - sent >= RESEND and (sent < 0 or notice.answers):
+            if self.clock() - sent >= RESEND and (sent < 0 or sends == NOTICE):
                 sent = self.clock()     # again until answered: one before it armed is lost
                 for run in notified:
                     if run.handle is not None and run.running and run.name not in answered:

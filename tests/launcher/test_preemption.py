@@ -217,3 +217,22 @@ def test_mwms_trainers_all_get_sigterm_the_notice_tensorflow_listens_to(tmp_path
     assert result.reason == ("preempted by SIGTERM; chief:0, worker:0, worker:1 ended "
                              "without a new checkpoint")
     assert all(t.words() == "stopped (SIGTERM)" for t in result.tasks)
+
+
+def test_mwms_trainers_that_swallow_sigterm_are_waited_for_10s_then_stopped(tmp_path):
+    """TensorFlow's coordination service swallows SIGTERM in MultiWorkerMirroredStrategy
+    trainers: without PreemptionCheckpointHandler nothing saves, and the launcher stops
+    waiting 10 s after the notice."""
+    swallows = [Script(ignores_term=True)]
+    backend = ScriptedBackend({"chief:0": swallows, "worker:0": swallows})
+    notice = SigtermAt(backend)
+    result, _ = run_job({"cluster": {"chief": 1, "worker": 1},
+                         "timeouts": {"kill": 2, "preempt": 60}},
+                        backend, tmp_path, monitors=[notice], before=notice,
+                        training=lambda: TrainingView(max_steps=1000, final_step=300))
+    assert result.status == PREEMPTED
+    assert result.reason.endswith("did not answer the notice within 10s (no notice handler "
+                                  "in it: docs/preemption.md)")
+    chief = backend.handles["chief:0"][0]
+    assert chief.signals == [signal.SIGTERM, signal.SIGTERM, signal.SIGKILL]
+    assert result.duration < NOTICE_AT + 10 + 2 + 1
