@@ -1,59 +1,87 @@
-"""The spec's JSON Schema (cluster_specs/schema.json): its ``backend`` enum and backend
-sections made anew from the registry; ``python -m launcher.schema cluster_specs/schema.json``
-rewrites the file, and a test checks that it is current."""
+"""The spec's JSON Schema, cluster_specs/schema.json, made from the declarations: the core
+spec's (launcher/spec.py's ``FIELDS``) and each registered backend's options
+(launcher/backends/options.py). ``python -m launcher.schema cluster_specs/schema.json``
+writes the file; a test checks that it is current."""
 
 from __future__ import annotations
 
 import json
-import re
+import sys
 from typing import Any
 
 from launcher.backends import backend_class, names
 from launcher.backends.options import schema
+from launcher.spec import DEFS, DEPENDENT_REQUIRED, FIELDS, REQUIRED
+
+HEAD = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$id": "https://tfcluster.dev/schema/cluster-spec.json",
+    "title": "tfcluster cluster spec",
+    "description": "One distributed TensorFlow job: its tasks, command, model_dir and end. "
+                   "The launcher's own validation (launcher/spec.py) is stricter and gives "
+                   "the error messages; this schema is for editors and tools.",
+}
 
 
-def refresh_schema(doc: dict[str, Any]) -> dict[str, Any]:
-    """The spec's JSON Schema ``doc`` with its ``backend`` enum and backend sections made
-    anew from the registry: ``python -m launcher.schema cluster_specs/schema.json``
-    rewrites the file, and a test checks that it is up to date."""
-    props = doc["properties"]
+def spec_schema() -> dict[str, Any]:
+    """The whole spec's JSON Schema: the core fields, ``backend`` naming every registered
+    backend, and each backend's section from its declared options."""
+    props = {name: dict(field) for name, field in FIELDS.items()}
     props["backend"]["enum"] = list(names())
     for name in names():
         cls = backend_class(name)
         if cls.OPTIONS is not None:
             props[name] = schema(cls.OPTIONS, f"Options of the {name} backend "
                                               f"(docs/{name}.md).")
-    return doc
+    return {**HEAD, "type": "object", "additionalProperties": False,
+            "required": list(REQUIRED), "properties": props,
+            "dependentRequired": DEPENDENT_REQUIRED, "$defs": DEFS}
 
 
-def refresh_schema_text(text: str) -> str:
-    """The schema file's text with the lines ``refresh_schema`` makes anew rewritten in
-    place (one line each, as the file writes them); the rest of the file is kept as is."""
-    doc = refresh_schema(json.loads(text))
-    lines = text.splitlines()
-    derived = ["backend"] + [n for n in doc["properties"] if n in _sections(doc)]
-    for name in derived:
-        new = f'    "{name}": {json.dumps(doc["properties"][name])}'
-        at = [i for i, line in enumerate(lines) if re.match(rf'    "{re.escape(name)}": ', line)]
-        if at:
-            lines[at[0]] = new + ("," if lines[at[0]].rstrip().endswith(",") else "")
-        else:                       # a new backend: after the last section
-            last = max(i for i, line in enumerate(lines)
-                       if any(line.startswith(f'    "{n}": ') for n in derived))
-            lines[last] = lines[last].rstrip(",") + ","
-            lines.insert(last + 1, new)
-    return "\n".join(lines) + "\n"
+def _kind(field: dict[str, Any]) -> str:
+    """A field's type in a few words, from its schema."""
+    if "enum" in field:
+        return " / ".join(json.dumps(v) for v in field["enum"])
+    if "$ref" in field:
+        ref = field["$ref"].rsplit("/", 1)[1]
+        return {"seconds": "seconds", "env": "NAME: value", "address": "host[:port]"}.get(
+            ref, ref)
+    if "oneOf" in field:
+        return " or ".join(_kind(f) for f in field["oneOf"])
+    kind = field.get("type", "")
+    if kind == "array":
+        return "list of strings"
+    return " or ".join(kind) if isinstance(kind, list) else str(kind)
 
 
-def _sections(doc: dict[str, Any]) -> list[str]:
-    return [n for n in doc["properties"]["backend"]["enum"] if n in doc["properties"]]
+def _rows(prefix: str, fields: dict[str, Any]) -> list[str]:
+    rows = []
+    for name, field in fields.items():
+        default = json.dumps(field["default"]) if "default" in field else ""
+        what = field.get("description", "").replace("|", "\\|")
+        rows.append(f"| `{prefix}{name}` | {_kind(field)} | {default} | {what} |")
+    return rows
+
+
+def field_table() -> str:
+    """docs/spec.md's table of the core spec's fields, from the same declaration."""
+    from launcher.spec import RESOURCE_FIELDS, RESTART_FIELDS, ROLE_FIELDS, TIMEOUTS
+
+    rows = ["| field | kind | default | what it does |", "|---|---|---|---|"]
+    top = spec_schema()["properties"]
+    rows += _rows("", {k: v for k, v in top.items() if k not in ("$schema", "description")})
+    rows += _rows("timeouts.", TIMEOUTS)
+    rows += _rows("roles.ROLE.", ROLE_FIELDS)
+    rows += _rows("resources.ROLE.", RESOURCE_FIELDS)
+    rows += _rows("restart.ROLE.", RESTART_FIELDS)
+    return "\n".join(rows)
+
+
+def schema_text() -> str:
+    return json.dumps(spec_schema(), indent=2, ensure_ascii=False) + "\n"
 
 
 if __name__ == "__main__":
-    import sys
-
-    path = sys.argv[1]
-    with open(path, encoding="utf-8") as f:
-        refreshed = refresh_schema_text(f.read())
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(refreshed)
+    with open(sys.argv[1] if len(sys.argv) > 1 else "cluster_specs/schema.json", "w",
+              encoding="utf-8") as f:
+        f.write(schema_text())

@@ -30,37 +30,202 @@ from launcher.errors import SpecError
 from orchestrator.policies import POLICIES, RestartPolicy
 from orchestrator.roles import JOB_NAMES, ROLES, TRAINERS, trainer_jobs
 
+# ---------------------------------------------------------------- the spec, declared once
+# Each key of the spec with its JSON Schema, its description and (where it has one) its
+# default: cluster_specs/schema.json (launcher/schema.py), the keys validate() accepts, the
+# defaults it fills in and docs/spec.md's field table all come from here. Adding a field is
+# one entry here, and its parsing in validate() when it needs more than its schema says.
 # Besides these, each registered backend's name is a key: its options (launcher/backends).
-TOP_LEVEL_KEYS = (
-    "name", "cluster", "evaluator", "command", "model_dir", "max_steps", "epochs", "examples",
-    "batch_size", "backend", "env", "workdir", "run_dir", "timeouts", "restart", "resources",
-    "check_storage", "$schema", "description", "strategy", "roles",
-    "tf_config_model_dir", "tensorboard",
-)
-ROLE_KEYS = ("command", "env", "workdir", "minimum")   # what "roles": {ROLE: {...}} may set
-# How the job trains: who reads training data and what one global step is.
 STRATEGIES = ("estimator", "parameter_server", "multi_worker_mirrored")
-TIMEOUT_DEFAULTS = {
-    "start": 60.0,      # a task that cannot start in this time (remote checks, allocation)
-    "stall": 300.0,     # no new step or checkpoint for this long ends the job
-    "finish": 30.0,     # after max_steps: time for trainers that no longer train to exit
-    # ... and the longest trainers still at work then (writing model_dir, synchronous
-    # trainers that all run: a final save, an export) are waited for (docs/ending.md)
-    "save": 300.0,
-    # After the trainers ended: time for the evaluator to evaluate the final checkpoint.
+
+
+def _per_role(ref: str, roles: tuple[str, ...] = ROLES) -> dict[str, Any]:
+    return {role: {"$ref": f"#/$defs/{ref}"} for role in roles}
+
+
+TIMEOUTS: dict[str, dict[str, Any]] = {
+    "start": {"$ref": "#/$defs/seconds", "default": 60.0, "description":
+              "A task that cannot start in this time (remote checks, allocation) fails."},
+    "stall": {"$ref": "#/$defs/seconds", "default": 300.0, "description":
+              "No new step or checkpoint for this long ends the job."},
+    "finish": {"$ref": "#/$defs/seconds", "default": 30.0, "description":
+               "After max_steps: time for trainers that no longer train to exit."},
+    "save": {"$ref": "#/$defs/seconds", "default": 300.0, "description":
+             "After max_steps: the longest trainers still at work (writing model_dir, or "
+             "synchronous trainers that all still run: a final save, an export) are waited "
+             "for, from the moment training was done. Stopped then, they were cut short and "
+             "the job fails."},
     # TensorFlow's evaluator sleeps EvalSpec.throttle_secs (600 s by default) between two
     # evaluations, so the final one may come 600 s after the previous one, then takes its
     # own time; 900 s covers that (docs/ending.md).
-    "evaluator": 900.0,
-    "kill": 5.0,        # SIGTERM to SIGKILL
-    "poll": 1.0,        # how often the coordinator looks at model_dir
-    "job": 0.0,         # the whole job's deadline (0: none); then the ordered teardown
-    "unresponsive": 30.0,  # a task whose TF server stops answering gRPC this long is lost
-    # SIGTERM to the launcher (a preemption notice): how long the chief has to save a
-    # checkpoint at its current step before the tasks are stopped (0: stop at once)
-    "preempt": 60.0,
+    "evaluator": {"$ref": "#/$defs/seconds", "default": 900.0, "description":
+                  "After the trainers ended: time for the evaluator to evaluate the final "
+                  "checkpoint."},
+    "kill": {"$ref": "#/$defs/seconds", "default": 5.0, "description":
+             "SIGTERM to SIGKILL."},
+    "poll": {"type": "number", "exclusiveMinimum": 0, "default": 1.0, "description":
+             "How often the coordinator looks at model_dir."},
+    "job": {"$ref": "#/$defs/seconds", "default": 0.0, "description":
+            "The whole job's deadline in seconds (0: none): when it passes, every task is "
+            "stopped and the job fails with that reason."},
+    "unresponsive": {"$ref": "#/$defs/seconds", "default": 30.0, "description":
+                     "A task whose TensorFlow server answered gRPC once and then not for "
+                     "this many seconds is lost and goes through its restart policy (0: no "
+                     "gRPC checks)."},
+    "preempt": {"$ref": "#/$defs/seconds", "default": 60.0, "description":
+                "SIGTERM to the launcher (a preemption notice): the chief saves a checkpoint "
+                "at its current step while every ps serves, and the launcher waits at most "
+                "this many seconds for it to be complete in model_dir before it stops the "
+                "tasks (0: stop at once, as Ctrl-C). Default 60."},
 }
-RESOURCE_KEYS = ("cpus", "memory", "gpus", "devices", "gpu_share", "partition", "time")
+ROLE_FIELDS: dict[str, dict[str, Any]] = {
+    "command": {"type": "array", "minItems": 1, "items": {"type": "string"},
+                "description": "the role's own command (replaces the top-level one)"},
+    "env": {"$ref": "#/$defs/env", "description": "extends the top-level env"},
+    "workdir": {"type": "string", "description": "the role's own working directory"},
+    "minimum": {"type": "integer", "minimum": 0, "description":
+                "roles.worker only, asynchronous training (parameter_server, or estimator "
+                "with a ps): the fewest workers the job goes on with. A worker that cannot "
+                "come back (its restarts spent, its host unreachable) no longer ends the job "
+                "while this many are left; it is started again once its host answers again "
+                "(docs/reliability.md)."},
+}
+RESOURCE_FIELDS: dict[str, dict[str, Any]] = {
+    "cpus": {"type": "integer", "minimum": 0, "description": "CPUs per task (Slurm, "
+                                                            "Kubernetes, docker)"},
+    "gpus": {"type": "integer", "minimum": 0, "description":
+             "GPUs per task: CUDA_VISIBLE_DEVICES on local, ssh and docker, --gpus on Slurm, "
+             "nvidia.com/gpu on Kubernetes (docs/gpus.md)"},
+    "devices": {"type": "array", "minItems": 1, "items": {
+        "type": ["string", "integer"], "minimum": 0,
+        "pattern": "^([A-Za-z0-9][A-Za-z0-9/-]*(,[A-Za-z0-9][A-Za-z0-9/-]*)*)?$"},
+        "description": "local, ssh, docker: each task's GPUs, one entry per task of the role "
+                       "(\"0,1\", a UUID, \"\" for none); not in resources.default"},
+    "gpu_share": {"type": "boolean", "description":
+                  "the role's tasks may share GPUs with each other "
+                  "(TF_FORCE_GPU_ALLOW_GROWTH=true): one GPU for several tasks on a "
+                  "development machine"},
+    "memory": {"type": "string", "pattern": "^[0-9]+(\\.[0-9]+)?([KMGT]i?)?$",
+               "description": "memory per task: '4G', '512M', '2Gi' (Slurm, Kubernetes, "
+                              "docker)"},
+    "partition": {"type": "string", "description": "the role's Slurm partition"},
+    "time": {"type": "string", "description": "the role's Slurm time limit"},
+}
+RESTART_FIELDS: dict[str, dict[str, Any]] = {
+    "policy": {"enum": list(POLICIES), "description": "when a task of the role restarts"},
+    "max_restarts": {"type": "integer", "minimum": 0,
+                     "description": "restarts before the role's loss ends the job (default "
+                                    "3, never: 0)"},
+    "backoff": {"type": "number", "minimum": 0,
+                "description": "seconds before a restart (default 1)"},
+}
+FIELDS: dict[str, dict[str, Any]] = {
+    "$schema": {"type": "string"},
+    "description": {"type": "string"},
+    "name": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$",
+             "description": "The job's name (default: the spec file's name)."},
+    "cluster": {
+        "type": "object",
+        "description": "TensorFlow's ClusterSpec shape: job name to a list of addresses, or "
+                       "a count of tasks on localhost.",
+        "additionalProperties": False, "minProperties": 1,
+        "properties": {"chief": {"$ref": "#/$defs/single"},
+                       "master": {"$ref": "#/$defs/single"},
+                       "worker": {"$ref": "#/$defs/tasks"}, "ps": {"$ref": "#/$defs/tasks"}},
+        "anyOf": [{"required": ["chief"]}, {"required": ["master"]},
+                  {"required": ["worker"]}],
+        "not": {"required": ["chief", "master"]}},
+    "evaluator": {"oneOf": [{"$ref": "#/$defs/address"}, {"type": "null"}],
+                  "description": "The evaluator's address (outside the cluster)."},
+    "command": {"type": "array", "minItems": 1, "items": {"type": "string"},
+                "description": "Every task's command (a role's own: roles)."},
+    "model_dir": {"type": "string", "minLength": 1, "description":
+                  "A path or fsspec URL (file://, s3://, sftp://...) shared by every task, ps "
+                  "included."},
+    "max_steps": {"type": ["integer", "null"], "minimum": 1,
+                  "description": "The global step the job ends at."},
+    "epochs": {"type": "integer", "minimum": 1,
+               "description": "Each example read this many times by the whole cluster."},
+    "examples": {"type": "integer", "minimum": 1, "description": "Examples in one epoch."},
+    "batch_size": {"type": "integer", "minimum": 1, "description": "Per trainer."},
+    "backend": {"enum": ["local"], "default": "local",
+                "description": "Where the tasks run (each backend's options: its section)."},
+    "strategy": {"enum": list(STRATEGIES), "description":
+                 "Who reads training data and what a global step is: estimator (chief and "
+                 "workers, asynchronous; default with a ps), parameter_server (TF2 PSS: the "
+                 "workers, asynchronous), multi_worker_mirrored (chief and workers, "
+                 "synchronous; default without a ps)."},
+    "env": {"$ref": "#/$defs/env", "description": "Every task's environment (besides "
+                                                   "TF_CONFIG and TFCLUSTER_*)."},
+    "roles": {"type": "object", "description":
+              "Per-role settings: a role's command and workdir replace the top-level ones, "
+              "its env extends the top-level env. Arguments and env values expand $(VAR) "
+              "from the task's environment (TFCLUSTER_TASK_TYPE, TFCLUSTER_TASK_INDEX, "
+              "TFCLUSTER_<JOB>_HOSTS...), as Kubernetes does.",
+              "additionalProperties": False, "properties": _per_role("role")},
+    "workdir": {"type": "string", "description": "The tasks' working directory."},
+    "run_dir": {"type": "string", "description":
+                "Where logs, events and the summary go (default .tfcluster/runs/RUN_ID)."},
+    "check_storage": {"type": "boolean", "default": True, "description":
+                      "Every task writes a probe into model_dir from where it runs before "
+                      "training: a task that does not see the same storage is refused."},
+    "tensorboard": {"description":
+                    "TensorBoard on model_dir with the run, on the chief's host (local, ssh) "
+                    "or this machine; its URL is printed and shown by launch status; it ends "
+                    "with the run (docs/tensorboard.md).",
+                    "oneOf": [{"type": "boolean"},
+                              {"type": "object", "additionalProperties": False,
+                               "properties": {"port": {"type": "integer", "minimum": 1,
+                                                       "maximum": 65535}}}]},
+    "tf_config_model_dir": {"type": "boolean", "default": True, "description":
+                            "Estimator jobs: put model_dir into every task's TF_CONFIG, where "
+                            "tf.estimator.RunConfig reads it (default true). A script that "
+                            "passes another model_dir string gets TensorFlow's mismatch "
+                            "error; false leaves TF_CONFIG without it."},
+    "timeouts": {"type": "object", "additionalProperties": False, "properties": TIMEOUTS,
+                 "description": "Seconds (docs/reliability.md, docs/ending.md)."},
+    "restart": {"type": "object", "additionalProperties": False,
+                "properties": _per_role("restart"), "description":
+                "Per role: never, on-failure or always, max_restarts, backoff; the defaults "
+                "follow TensorFlow's rules (docs/reliability.md)."},
+    "resources": {"type": "object", "additionalProperties": False,
+                  "description": "Per role (default: every role): what each task gets.",
+                  "properties": {"default": {"allOf": [{"$ref": "#/$defs/resources"},
+                                                       {"not": {"required": ["devices"]}}]},
+                                 **_per_role("resources")}},
+}
+REQUIRED = ("cluster", "model_dir")
+ADDRESS_PATTERN = ("^(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?)"
+                   "(:[0-9]{1,5})?$")
+DEFS: dict[str, Any] = {
+    "env": {"type": "object",
+            "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$",
+                              "not": {"pattern": "^(TF_CONFIG$|CUDA_VISIBLE_DEVICES$|"
+                                                 "TFCLUSTER_)"}},
+            "additionalProperties": {"type": "string"}},
+    "role": {"type": "object", "additionalProperties": False, "properties": ROLE_FIELDS},
+    "address": {"type": "string", "pattern": ADDRESS_PATTERN},
+    "tasks": {"oneOf": [{"type": "integer", "minimum": 1, "maximum": 4096},
+                        {"type": "array", "minItems": 1,
+                         "items": {"$ref": "#/$defs/address"}}]},
+    "single": {"oneOf": [{"const": 1},
+                         {"type": "array", "minItems": 1, "maxItems": 1,
+                          "items": {"$ref": "#/$defs/address"}}]},
+    "seconds": {"type": "number", "minimum": 0},
+    "restart": {"oneOf": [{"enum": list(POLICIES)},
+                          {"type": "object", "additionalProperties": False,
+                           "properties": RESTART_FIELDS}]},
+    "resources": {"type": "object", "additionalProperties": False,
+                  "not": {"required": ["gpus", "devices"]}, "properties": RESOURCE_FIELDS},
+}
+DEPENDENT_REQUIRED = {"epochs": ["examples", "batch_size"],
+                      "examples": ["epochs", "batch_size"],
+                      "batch_size": ["epochs", "examples"]}
+
+TOP_LEVEL_KEYS = tuple(FIELDS)
+ROLE_KEYS = tuple(ROLE_FIELDS)           # what "roles": {ROLE: {...}} may set
+TIMEOUT_DEFAULTS = {name: float(field["default"]) for name, field in TIMEOUTS.items()}
+RESOURCE_KEYS = tuple(RESOURCE_FIELDS)
 _DEVICE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9/-]*$")   # an index or a UUID (GPU-..., MIG-...)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
@@ -318,7 +483,7 @@ def _parse_restart(raw: Any) -> dict[str, RestartPolicy]:
         if isinstance(value, str):
             value = {"policy": value}
         pol = expect_dict(value, where)
-        check_keys(pol, ("policy", "max_restarts", "backoff"), where)
+        check_keys(pol, tuple(RESTART_FIELDS), where)
         policy = expect_str(pol.get("policy", "on-failure"), f"{where}.policy")
         if policy not in POLICIES:
             raise fail(f"{where}.policy", f"must be one of {', '.join(POLICIES)}, "

@@ -1,21 +1,31 @@
-"""The spec's JSON Schema (its backend sections from the options each backend declares,
+"""The spec's JSON Schema (made from the declarations: the core spec's, each backend's options,
 launcher/backends/options.py) agrees with the parser on the example specs and on typical
 mistakes."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import jsonschema
 import pytest
-from support import REPO
 
 from launcher.api import parse_spec
+from launcher.backends import names as backend_names
 from launcher.errors import SpecError
 
+REPO = Path(__file__).resolve().parents[2]
 SPECS = REPO / "cluster_specs"
+DOC = REPO / "docs" / "spec.md"
+BEGIN = "<!-- fields: generated from launcher/spec.py by tests/launcher/test_schema.py -->"
+END = "<!-- /fields -->"
 SCHEMA = json.loads((SPECS / "schema.json").read_text())
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+
+
+def generated_table() -> str:
+    text = DOC.read_text()
+    return text.split(BEGIN, 1)[1].split(END, 1)[0].strip()
 
 
 def test_schema_is_valid():
@@ -63,11 +73,40 @@ def test_schema_and_parser_both_refuse(doc):
         parse_spec(json.dumps(doc))
 
 
-def test_schema_backend_sections_derive_from_the_registry():
-    """cluster_specs/schema.json is what `python -m launcher.schema` makes of it."""
-    from launcher.schema import refresh_schema
+def test_schema_file_is_current():
+    """cluster_specs/schema.json is what `python -m launcher.schema` makes of the
+    declarations (the core spec's, each registered backend's options)."""
+    from launcher.schema import schema_text
 
-    assert refresh_schema(json.loads(json.dumps(SCHEMA))) == SCHEMA
+    assert (SPECS / "schema.json").read_text() == schema_text(), \
+        "cluster_specs/schema.json is out of date: python -m launcher.schema"
+
+
+def test_docs_spec_shows_the_declared_fields():
+    from launcher.schema import field_table
+
+    assert generated_table() == field_table(), \
+        "docs/spec.md is out of date: python tests/launcher/test_schema.py"
+
+
+def test_the_parser_takes_the_declared_keys_and_defaults():
+    """One declaration: what validate() accepts and fills in is what the schema says."""
+    from launcher.spec import RESOURCE_KEYS, ROLE_KEYS, TIMEOUT_DEFAULTS, TOP_LEVEL_KEYS
+
+    props = SCHEMA["properties"]
+    assert set(TOP_LEVEL_KEYS) == set(props) - set(backend_names())
+    assert {k: v["default"] for k, v in props["timeouts"]["properties"].items()} == \
+        TIMEOUT_DEFAULTS
+    assert set(ROLE_KEYS) == set(SCHEMA["$defs"]["role"]["properties"])
+    assert set(RESOURCE_KEYS) == set(SCHEMA["$defs"]["resources"]["properties"])
+    spec = parse_spec(json.dumps({"cluster": {"worker": 1}, "model_dir": "m"}))
+    assert spec.timeouts == TIMEOUT_DEFAULTS
+    assert spec.check_storage is props["check_storage"]["default"]
+    assert spec.tf_config_model_dir is props["tf_config_model_dir"]["default"]
+    assert spec.backend == props["backend"]["default"]
+    with pytest.raises(SpecError, match="unknown key"):
+        parse_spec(json.dumps({"cluster": {"worker": 1}, "model_dir": "m",
+                               "timeouts": {"no_such_timeout": 1}}))
 
 
 @pytest.mark.parametrize("section", ["ssh", "slurm", "kubernetes"])
@@ -109,3 +148,10 @@ def test_schema_and_parser_both_take_tensorboard(value, port):
     VALIDATOR.validate(doc)
     assert parse_spec(json.dumps(doc)).tensorboard.port == port
     assert parse_spec(json.dumps({**doc, "tensorboard": False})).tensorboard is None
+
+
+if __name__ == "__main__":
+    from launcher.schema import field_table
+
+    head, rest = DOC.read_text().split(BEGIN, 1)
+    DOC.write_text(f"{head}{BEGIN}\n{field_table()}\n{END}{rest.split(END, 1)[1]}")
