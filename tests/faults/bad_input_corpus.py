@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from launcher.backends import names as backend_names
-from launcher.spec import TOP_LEVEL_KEYS
+from launcher.spec import TIMEOUT_DEFAULTS, TOP_LEVEL_KEYS
 
 
 @dataclass(frozen=True)
@@ -55,8 +55,7 @@ CASES: list[tuple[str, object, list[str], str]] = [
     ("typo-top-level", {"max_step": 10}, [],
      E + "max_step: unknown key (allowed: " + TOP_KEYS + ")"),
     ("typo-timeouts", {"timeouts": {"stal": 10}}, [],
-     E + "timeouts.stal: unknown key (allowed: evaluator, finish, job, kill, poll, preempt, "
-       "stall, start, unresponsive)"),
+     E + "timeouts.stal: unknown key (allowed: " + ", ".join(sorted(TIMEOUT_DEFAULTS)) + ")"),
     ("typo-restart-role", {"restart": {"workers": "never"}}, [],
      E + "restart.workers: unknown key (allowed: chief, evaluator, master, ps, worker)"),
     ("typo-restart-field", {"restart": {"ps": {"policy": "always", "retries": 2}}}, [],

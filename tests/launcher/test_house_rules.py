@@ -137,8 +137,9 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
          "launcher.output", "launcher.plan", "launcher.records", "launcher.redact",
          "launcher.spec", f"{_O}.policies")),
     "launcher.schema": (
-        "the spec's JSON Schema (cluster_specs/schema.json), made from the declarations",
-        ("launcher.backends",)),
+        "the spec's JSON Schema (cluster_specs/schema.json) and docs/spec.md's field table, "
+        "made from the declarations (the spec's, each backend's options)",
+        ("launcher.backends", "launcher.spec")),
     "launcher.monitors": (
         "what the job loop ticks (`Monitor`, `Watch`): the coordinator's adapter over "
         "model_dir, the TF servers asked over gRPC (`lost`, ps readiness), `timeouts.job`",
