@@ -19,7 +19,7 @@ import os
 import shutil
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from launcher.errors import UsageError
@@ -185,19 +185,51 @@ def assign(machines: Sequence[Machine], asks: Sequence[Ask],
     return out
 
 
+@dataclass
+class Ledger:
+    """One machine's assignment so far: who has which device alone, which devices a sharing
+    task named, and every task's placement."""
+
+    machine: Machine
+    owner: dict[int, str] = field(default_factory=dict)   # device index -> its one task
+    shared: set[int] = field(default_factory=set)         # devices a sharing task named
+    out: dict[str, Placement | None] = field(default_factory=dict)
+
+    def free(self) -> list[Gpu]:
+        """The devices neither owned nor named by a sharing task, in index order."""
+        return [g for g in self.machine.gpus or ()
+                if g.index not in self.owner and g.index not in self.shared]
+
+    def give(self, ask: Ask, take: Sequence[Gpu]) -> None:
+        for g in take:
+            self.owner[g.index] = ask.task
+        self.out[ask.task] = Placement(tuple(str(g.index) for g in take))
+
+
 def _assign_machine(machine: Machine, asks: list[Ask],
                     trainers: set[str]) -> dict[str, Placement | None]:
-    explicit = [a for a in asks if (a.devices or a.count)]
+    """One machine's placements, in four named steps (each testable alone)."""
     if not machine.gpus:
+        explicit = [a for a in asks if (a.devices or a.count)]
         if explicit:
             raise GpuError(_over_ask(machine, explicit))
         return {a.task: None for a in asks}
-    by_key = {str(g.index): g for g in machine.gpus} | {g.uuid: g for g in machine.gpus}
-    out: dict[str, Placement | None] = {}
-    owner: dict[int, str] = {}        # device index -> the task that has it alone
-    shared: set[int] = set()          # devices a sharing task named
+    ledger = Ledger(machine)
+    named_devices(ledger, asks)
+    counted_devices(ledger, asks)
+    even_split(ledger, asks, trainers)
+    shared_round_robin(ledger, asks, trainers)
+    for a in asks:
+        ledger.out.setdefault(a.task, Placement((), a.share))
+    return ledger.out
 
-    # 1. devices named in the spec
+
+def named_devices(ledger: Ledger, asks: Sequence[Ask]) -> None:
+    """1. Devices named in the spec (``devices``): each to its task, never to two tasks
+    unless both share on purpose."""
+    machine = ledger.machine
+    gpus = machine.gpus or ()
+    by_key = {str(g.index): g for g in gpus} | {g.uuid: g for g in gpus}
     for a in asks:
         if a.devices is None:
             continue
@@ -207,62 +239,69 @@ def _assign_machine(machine: Machine, asks: list[Ask],
                            f"it in resources.{a.role}.devices); it has {machine.has()}")
         for d in a.devices:
             index = by_key[d].index
-            other = owner.get(index)
-            if other is not None or (not a.share and index in shared):
+            other = ledger.owner.get(index)
+            if other is not None or (not a.share and index in ledger.shared):
                 other = other or "a task that shares it"
                 raise GpuError(f"host {machine.name}: GPU {d} is given to both {other} and "
                                f"{a.task} (set gpu_share on both roles to share it on "
                                "purpose); it has " + machine.has())
             if a.share:
-                shared.add(index)
+                ledger.shared.add(index)
             else:
-                owner[index] = a.task
-        out[a.task] = Placement(a.devices, a.share)
+                ledger.owner[index] = a.task
+        ledger.out[a.task] = Placement(a.devices, a.share)
 
-    # 2. counts, from the devices nobody named
-    free = [g for g in machine.gpus if g.index not in owner and g.index not in shared]
+
+def counted_devices(ledger: Ledger, asks: Sequence[Ask]) -> None:
+    """2. Counts (``gpus``), from the devices nobody named, in the order of the asks."""
+    free = ledger.free()
     counted = [a for a in asks if a.devices is None and a.count is not None and not a.share]
-    wanted = sum(a.count or 0 for a in counted)
-    if wanted > len(free):
-        raise GpuError(_over_ask(machine, [a for a in counted if a.count]))
+    if sum(a.count or 0 for a in counted) > len(free):
+        raise GpuError(_over_ask(ledger.machine, [a for a in counted if a.count]))
     for a in counted:
         take, free = free[:a.count or 0], free[a.count or 0:]
-        for g in take:
-            owner[g.index] = a.task
-        out[a.task] = Placement(tuple(str(g.index) for g in take))
+        ledger.give(a, take)
 
-    # 3. the defaults: the trainers that said nothing split what is left
-    quiet = [a for a in asks if a.devices is None and a.count is None]
-    even = [a for a in quiet if a.role in trainers and not a.share]
-    if even:
-        each, extra = divmod(len(free), len(even))
-        for n, a in enumerate(even):
-            k = each + (1 if n < extra else 0)
-            take, free = free[:k], free[k:]
-            for g in take:
-                owner[g.index] = a.task
-            out[a.task] = Placement(tuple(str(g.index) for g in take))
 
-    # 4. sharing on purpose: round-robin over the devices no task has alone
-    sharing = [a for a in asks if a.devices is None and a.share and
-               (a.count or (a.count is None and a.role in trainers))]
-    pool = [g for g in machine.gpus if g.index not in owner]
-    if sharing:
-        if not pool or any((a.count or 0) > len(pool) for a in sharing):
-            raise GpuError(_over_ask(machine, sharing, pool))
-        defaults = [a for a in sharing if a.count is None]
-        each = max(1, len(pool) // max(1, len(defaults)))
-        turn = 0
-        for a in sharing:
-            k = a.count or each
-            take = [pool[(turn + j) % len(pool)] for j in range(k)]
-            turn += k
-            out[a.task] = Placement(tuple(str(g.index) for g in sorted(take,
-                                                                       key=lambda g: g.index)),
-                                    share=True)
-    for a in asks:
-        out.setdefault(a.task, Placement((), a.share))
-    return out
+def even_split(ledger: Ledger, asks: Sequence[Ask], trainers: set[str]) -> None:
+    """3. The defaults: the trainers that said nothing split what is left evenly (the
+    first ones one more when it does not divide)."""
+    even = [a for a in asks if a.devices is None and a.count is None
+            and a.role in trainers and not a.share]
+    if not even:
+        return
+    free = ledger.free()
+    each, extra = divmod(len(free), len(even))
+    for n, a in enumerate(even):
+        k = each + (1 if n < extra else 0)
+        take, free = free[:k], free[k:]
+        ledger.give(a, take)
+
+
+def _shares(ask: Ask, trainers: set[str]) -> bool:
+    """A task that shares on purpose and asks a count, or a trainer that said nothing."""
+    if ask.devices is not None or not ask.share:
+        return False
+    return bool(ask.count) or (ask.count is None and ask.role in trainers)
+
+
+def shared_round_robin(ledger: Ledger, asks: Sequence[Ask], trainers: set[str]) -> None:
+    """4. Sharing on purpose (``gpu_share`` with a count, or a trainer that said nothing):
+    round-robin over the devices no task has alone."""
+    sharing = [a for a in asks if _shares(a, trainers)]
+    if not sharing:
+        return
+    pool = [g for g in ledger.machine.gpus or () if g.index not in ledger.owner]
+    if not pool or any((a.count or 0) > len(pool) for a in sharing):
+        raise GpuError(_over_ask(ledger.machine, sharing, pool))
+    defaults = [a for a in sharing if a.count is None]
+    each = max(1, len(pool) // max(1, len(defaults)))
+    turn = 0
+    for a in sharing:
+        k = a.count or each
+        take = sorted((pool[(turn + j) % len(pool)] for j in range(k)), key=lambda g: g.index)
+        turn += k
+        ledger.out[a.task] = Placement(tuple(str(g.index) for g in take), share=True)
 
 
 def _over_ask(machine: Machine, asks: list[Ask], pool: list[Gpu] | None = None) -> str:

@@ -14,13 +14,18 @@ from launcher.gpus import (
     Ask,
     Gpu,
     GpuError,
+    Ledger,
     Machine,
     Placement,
     ask_of,
     assign,
+    counted_devices,
     env_of,
+    even_split,
+    named_devices,
     parse_query,
     restrict,
+    shared_round_robin,
 )
 
 TRAINERS = ("chief", "master", "worker")
@@ -193,3 +198,22 @@ def test_spec_refuses_device_lists_that_cannot_fit(resources, words):
                                "resources": resources}))
     for word in words:
         assert word in str(info.value)
+
+
+def test_each_step_of_a_machines_assignment_alone():
+    """The four steps, each on a ledger of its own: named devices, counts from what nobody
+    named, the quiet trainers' even split of the rest, sharing round-robin."""
+    ledger = Ledger(machine(4, "chief:0", "worker:0", "worker:1", "ps:0"))
+    named_devices(ledger, [ask("chief:0", devices=("3",))])
+    assert devices(ledger.out) == {"chief:0": "3"} and ledger.owner == {3: "chief:0"}
+    counted_devices(ledger, [ask("ps:0", count=1)])
+    assert devices(ledger.out)["ps:0"] == "0" and [g.index for g in ledger.free()] == [1, 2]
+    even_split(ledger, [ask("worker:0"), ask("worker:1"), ask("ps:1")], set(TRAINERS))
+    assert devices(ledger.out) == {"chief:0": "3", "ps:0": "0", "worker:0": "1",
+                                   "worker:1": "2"}
+    shared = Ledger(machine(2, "worker:0", "worker:1", "worker:2"))
+    shared_round_robin(shared, [ask(f"worker:{i}", share=True) for i in range(3)],
+                       set(TRAINERS))
+    assert devices(shared.out) == {"worker:0": "0", "worker:1": "1", "worker:2": "0"}
+    with pytest.raises(GpuError, match="no GPU '7'"):
+        named_devices(Ledger(machine(2, "chief:0")), [ask("chief:0", devices=("7",))])
