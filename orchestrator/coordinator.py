@@ -338,47 +338,63 @@ class Coordinator:
 
     # ------------------------------------------------------------------ judging
     def judge(self, tasks: list[TaskState]) -> Decision | None:
-        """finish / fail / None from the last snapshot and the tasks' liveness."""
+        """finish / fail / None from the last snapshot and the tasks' liveness: training
+        done (once said, said again), a dead ps, a stall, in that order."""
         p = self.progress()
+        if self._finish is None:
+            self._finish = self.training_done(p)
         if self._finish is not None:
-            return self._finish
-        if p.reached_max_steps:
-            assert p.checkpoint is not None
-            self._finish = Decision(FINISH, f"checkpoint {p.checkpoint.name} reached "
-                                            f"max_steps {p.max_steps}")
-            return self._finish
-        if p.max_steps is not None and p.events_step is not None and \
-                p.events_step >= p.max_steps and not p.events_interleaved:
-            # Summaries come more often than checkpoints: the end rules wait
-            # ``timeouts.finish`` for a checkpoint at max_steps before they stop trainers.
-            self._finish = Decision(FINISH, f"step {p.events_step} in the chief's events file "
-                                            f"reached max_steps {p.max_steps} ({self._where(p)})")
             return self._finish
         trainers = [t for t in tasks if t.type in TRAINERS and t.alive]
         if not trainers:
             return None
+        return self.ps_lost(p, tasks, trainers) or self.stalled(p, tasks, trainers)
+
+    def training_done(self, p: Progress) -> Decision | None:
+        """FINISH when a complete checkpoint reached max_steps, or the chief's events file
+        did (summaries come more often than checkpoints: the end rules wait
+        ``timeouts.finish`` for a checkpoint at max_steps before they stop trainers)."""
+        if p.reached_max_steps:
+            assert p.checkpoint is not None
+            return Decision(FINISH, f"checkpoint {p.checkpoint.name} reached "
+                                    f"max_steps {p.max_steps}")
+        if p.max_steps is not None and p.events_step is not None and \
+                p.events_step >= p.max_steps and not p.events_interleaved:
+            return Decision(FINISH, f"step {p.events_step} in the chief's events file "
+                                    f"reached max_steps {p.max_steps} ({self._where(p)})")
+        return None
+
+    def ps_lost(self, p: Progress, tasks: list[TaskState],
+                trainers: list[TaskState]) -> Decision | None:
+        """LOST when a ps died (not stopped by the launcher) while trainers still run."""
         dead_ps = [t for t in tasks if t.type == "ps" and not t.alive and not t.stopped]
-        if dead_ps:
-            names = tuple(t.name for t in dead_ps)
-            how = ", ".join(f"{t.name} ({t.address}) {t.exit_status or 'ended'}"
-                            for t in dead_ps)
-            return Decision(LOST, f"parameter server died: {how}; "
-                                  f"{_names(trainers)} cannot train without it "
-                                  f"({self._where(p)})", names)
+        if not dead_ps:
+            return None
+        names = tuple(t.name for t in dead_ps)
+        how = ", ".join(f"{t.name} ({t.address}) {t.exit_status or 'ended'}" for t in dead_ps)
+        return Decision(LOST, f"parameter server died: {how}; "
+                              f"{_names(trainers)} cannot train without it "
+                              f"({self._where(p)})", names)
+
+    def stalled(self, p: Progress, tasks: list[TaskState],
+                trainers: list[TaskState]) -> Decision | None:
+        """FAIL when nothing moved for timeouts.stall (before the first checkpoint:
+        timeouts.start + timeouts.stall); blind (model_dir unreadable): no judgement on
+        what it cannot see."""
         idle = self.clock() - p.last_activity
         limit = self.stall if p.named is not None else self.stall + self.startup
-        if idle >= limit and p.last_error is None:   # blind: no judgement on what it can't see
-            silent = trainers + [t for t in tasks if t.type == "ps" and t.alive]
-            names = tuple(t.name for t in silent)
-            allowed = f"timeouts.stall = {self.stall:g}s" if p.named is not None else \
-                f"before the first checkpoint: timeouts.start + timeouts.stall = {limit:g}s"
-            reason = (f"training stalled: no new step or checkpoint for {idle:.0f}s "
-                      f"({allowed}; last sign: "
-                      f"{p.last_activity_what}; {self._where(p)}); silent tasks still "
-                      f"running: {_names(silent)}")
-            hint = self._incomplete_hint(p, tasks)
-            return Decision(FAIL, reason + (f"; {hint}" if hint else ""), names)
-        return None
+        if idle < limit or p.last_error is not None:
+            return None
+        silent = trainers + [t for t in tasks if t.type == "ps" and t.alive]
+        names = tuple(t.name for t in silent)
+        allowed = f"timeouts.stall = {self.stall:g}s" if p.named is not None else \
+            f"before the first checkpoint: timeouts.start + timeouts.stall = {limit:g}s"
+        reason = (f"training stalled: no new step or checkpoint for {idle:.0f}s "
+                  f"({allowed}; last sign: "
+                  f"{p.last_activity_what}; {self._where(p)}); silent tasks still "
+                  f"running: {_names(silent)}")
+        hint = self._incomplete_hint(p, tasks)
+        return Decision(FAIL, reason + (f"; {hint}" if hint else ""), names)
 
     @staticmethod
     def _where(p: Progress) -> str:
