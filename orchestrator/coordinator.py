@@ -198,7 +198,23 @@ class Coordinator:
         return p
 
     def _poll(self, p: Progress) -> Progress:
+        """One look at model_dir: the checkpoint state, the events file, the evaluations."""
         now = self.clock()
+        p = self._read_checkpoints(now, p)
+        p = self._read_events(now, p)
+        p = replace(p, eta_secs=self._eta(p), latest_eval=self._latest_eval(p.latest_eval),
+                    step_at=self._history[-1][0] if self._history else None)
+        written = self._writes.look() if self._writes is not None else None
+        if written is not None:
+            p = replace(p, written_at=now, written=written)
+        evaluated = _newest(self._evaluations.poll(), _step_of(p.latest_eval))
+        if evaluated is not None and evaluated != p.evaluated_step:
+            p = replace(p, evaluated_step=evaluated)
+            self._emit("evaluated", step=evaluated)
+        return p
+
+    def _read_checkpoints(self, now: float, p: Progress) -> Progress:
+        """The checkpoint state file's name, incomplete checkpoints, the newest complete."""
         scan = self.reader.scan()
         if not self._baseline:
             self._baseline, self._state_text = True, scan.state_text
@@ -223,6 +239,10 @@ class Coordinator:
                         last_activity_what=f"checkpoint {ckpt.name}")
             self._emit("checkpoint", name=ckpt.name, step=ckpt.step, number=ckpt.number,
                        shards=ckpt.shards, path=ckpt.path)
+        return p
+
+    def _read_events(self, now: float, p: Progress) -> Progress:
+        """The chief's events file: growth, restores, interleaved writers, its newest step."""
         grew, steps = self._follow_events(now, p)
         if grew:
             p = replace(p, last_activity=now, last_activity_what="the events file grew")
@@ -238,15 +258,6 @@ class Coordinator:
             self._observe(now, step)
             p = replace(p, events_step=step, steps_per_sec=self._rate(),
                         last_activity_what=f"step {step} in the events file")
-        p = replace(p, eta_secs=self._eta(p), latest_eval=self._latest_eval(p.latest_eval),
-                    step_at=self._history[-1][0] if self._history else None)
-        written = self._writes.look() if self._writes is not None else None
-        if written is not None:
-            p = replace(p, written_at=now, written=written)
-        evaluated = _newest(self._evaluations.poll(), _step_of(p.latest_eval))
-        if evaluated is not None and evaluated != p.evaluated_step:
-            p = replace(p, evaluated_step=evaluated)
-            self._emit("evaluated", step=evaluated)
         return p
 
     def _emit(self, event: str, **fields: Any) -> None:
