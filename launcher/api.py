@@ -73,8 +73,8 @@ class LaunchOptions(RunOptions):
 @dataclass
 class RunResult:
     """What ``launcher.run`` returns: the launcher's exit status (0 succeeded, 1 failed,
-    128+N interrupted by signal N), why, one row per task, where the run's files are, and
-    the step of the newest complete checkpoint."""
+    75 preempted, 128+N interrupted by signal N), why, one row per task, where the run's
+    files are, and the step of the newest complete checkpoint."""
 
     status: int
     reason: str

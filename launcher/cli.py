@@ -1,6 +1,7 @@
 """`launch SPEC [OPTIONS] [-- COMMAND ARG...]`: run a distributed TensorFlow job.
 
 Exit status: 0 when the job succeeded, 1 when it failed, 2 for bad input (nothing started),
+75 when preempted (SIGTERM while training ran: the chief saved first; docs/preemption.md),
 128+N when interrupted by signal N.
 """
 

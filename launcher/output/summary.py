@@ -136,7 +136,7 @@ def training_of(result: JobResult) -> str:
         return "stopped short"
     if result.training_finished:
         return "finished"
-    if result.preemption is not None:
+    if result.preemption is not None and result.status == PREEMPTED:
         return "preempted"
     return "interrupted" if result.status >= 128 else "failed" if result.status else "ended"
 
