@@ -192,17 +192,11 @@ def _probability(outputs: dict, signature: str):
 
 def predict(model: str, rows: list[dict[str, str]], features: list[str], strings: set[str],
             signature: str | None, batch_size: int) -> list[float]:
-    import tensorflow as tf
-
-    loaded = tf.saved_model.load(model)
-    names = list(loaded.signatures.keys())
-    name = signature or next((s for s in SIGNATURES if s in names), names[0] if names else None)
-    if name is None or name not in loaded.signatures:
-        raise BadInput(f"--signature: {model} has no signature {name!r} (it has {names})")
-    fn = loaded.signatures[name]
+    """The positive class's probability for every row, from the export's signature, in
+    batches of ``batch_size``."""
+    name, fn = _signature(model, signature)
     inputs = fn.structured_input_signature[1]
-    as_examples = len(inputs) == 1 and next(iter(inputs.values())).dtype == tf.string \
-        and next(iter(inputs)) not in features
+    as_examples = _takes_examples(inputs, features)
     if not as_examples:
         missing = [k for k in inputs if k not in features]
         if missing:
@@ -211,21 +205,53 @@ def predict(model: str, rows: list[dict[str, str]], features: list[str], strings
     scores: list[float] = []
     for start in range(0, len(rows), batch_size):
         chunk = rows[start:start + batch_size]
-        if as_examples:
-            key = next(iter(inputs))
-            feed = {key: tf.constant(to_examples(chunk, features, strings))}
-        else:
-            feed = {}
-            for key, spec in inputs.items():
-                values: list[Any] = [r[key] for r in chunk]
-                if spec.dtype != tf.string:
-                    values = [float(v) for v in values]
-                tensor = tf.cast(tf.constant(values), spec.dtype)
-                if spec.shape.rank == 2:
-                    tensor = tf.expand_dims(tensor, -1)
-                feed[key] = tensor
+        feed = _examples_feed(inputs, chunk, features, strings) if as_examples else \
+            _columns_feed(inputs, chunk)
         scores += [float(p) for p in _probability(fn(**feed), name)]
     return scores
+
+
+def _signature(model: str, signature: str | None) -> tuple[str, Any]:
+    """The signature asked for, else the first of SIGNATURES the export has, else its first."""
+    import tensorflow as tf
+
+    loaded = tf.saved_model.load(model)
+    names = list(loaded.signatures.keys())
+    name = signature or next((s for s in SIGNATURES if s in names), names[0] if names else None)
+    if name is None or name not in loaded.signatures:
+        raise BadInput(f"--signature: {model} has no signature {name!r} (it has {names})")
+    return name, loaded.signatures[name]
+
+
+def _takes_examples(inputs: dict[str, Any], features: list[str]) -> bool:
+    """The signature takes serialized tf.Examples (one string input, not a feature)."""
+    import tensorflow as tf
+
+    return len(inputs) == 1 and next(iter(inputs.values())).dtype == tf.string \
+        and next(iter(inputs)) not in features
+
+
+def _examples_feed(inputs: dict[str, Any], chunk: list[dict[str, str]], features: list[str],
+                   strings: set[str]) -> dict[str, Any]:
+    import tensorflow as tf
+
+    return {next(iter(inputs)): tf.constant(to_examples(chunk, features, strings))}
+
+
+def _columns_feed(inputs: dict[str, Any], chunk: list[dict[str, str]]) -> dict[str, Any]:
+    """One tensor per input, from the rows' column of that name, of the input's dtype."""
+    import tensorflow as tf
+
+    feed = {}
+    for key, spec in inputs.items():
+        values: list[Any] = [r[key] for r in chunk]
+        if spec.dtype != tf.string:
+            values = [float(v) for v in values]
+        tensor = tf.cast(tf.constant(values), spec.dtype)
+        if spec.shape.rank == 2:
+            tensor = tf.expand_dims(tensor, -1)
+        feed[key] = tensor
+    return feed
 
 
 if __name__ == "__main__":
