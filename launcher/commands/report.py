@@ -20,6 +20,7 @@ import json
 import os
 import sys
 from dataclasses import dataclass, field
+from typing import Any
 
 from launcher.errors import UsageError
 from launcher.output.metrics_table import format_value, metric_columns
@@ -224,46 +225,62 @@ def render_png(data: RunData) -> bytes | None:
     title = f"{data.name} · run {data.run_id}" if data.run_id else data.run_dir
     fig.suptitle(title, fontsize=12)
 
+    splits = sorted({r.split for r in data.records}, key=lambda s: (s != "eval", s))
+    _draw_loss(ax_loss, data, splits)
+    drew_quality = _draw_quality(ax_quality, data, splits)
+    for ax, has_data in ((ax_loss, bool(data.loss or data.records or data.validation)),
+                         (ax_quality, drew_quality)):
+        _frame(ax, data, has_data, per_epoch=data.per_epoch and ax is ax_loss)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def _draw_loss(ax: Any, data: RunData, splits: list[str]) -> None:
+    """The loss panel: training loss (logged and smoothed), validation loss from the
+    events, and each checkpoint's evaluated loss per split."""
     if data.loss:
         steps = [s.step for s in data.loss]
-        ax_loss.plot(steps, [s.value for s in data.loss], color="0.75", linewidth=0.8,
-                     label="training loss (logged batches)")
-        ax_loss.plot(steps, smooth([s.value for s in data.loss]), color="0.25",
-                     linewidth=1.4, label="training loss (smoothed)")
+        ax.plot(steps, [s.value for s in data.loss], color="0.75", linewidth=0.8,
+                label="training loss (logged batches)")
+        ax.plot(steps, smooth([s.value for s in data.loss]), color="0.25",
+                linewidth=1.4, label="training loss (smoothed)")
     if data.validation:
-        ax_loss.plot([s.step for s in data.validation], [s.value for s in data.validation],
-                     ":", marker="s", markersize=4, color="C2",
-                     label="validation loss (events)")
-    splits = sorted({r.split for r in data.records}, key=lambda s: (s != "eval", s))
+        ax.plot([s.step for s in data.validation], [s.value for s in data.validation],
+                ":", marker="s", markersize=4, color="C2", label="validation loss (events)")
     for split in splits:
         steps, values = _series(data.records, split, "loss")
         if steps:
-            ax_loss.plot(steps, values, SPLIT_STYLE.get(split, ":"), marker="o",
-                         markersize=4, color="C3", label=f"{split} loss (checkpoint)")
-    ax_loss.set_title("loss")
-    drew_quality = False
+            ax.plot(steps, values, SPLIT_STYLE.get(split, ":"), marker="o",
+                    markersize=4, color="C3", label=f"{split} loss (checkpoint)")
+    ax.set_title("loss")
+
+
+def _draw_quality(ax: Any, data: RunData, splits: list[str]) -> bool:
+    """The quality panel: accuracy / AUC per checkpoint and split; whether it drew any."""
+    drew = False
     for i, name in enumerate(n for n in QUALITY if any(n in r.metrics for r in data.records)):
         for split in splits:
             steps, values = _series(data.records, split, name)
             if steps:
-                ax_quality.plot(steps, values, SPLIT_STYLE.get(split, ":"), marker="o",
-                                markersize=4, color=f"C{i}", label=f"{split} {name}")
-                drew_quality = True
-    ax_quality.set_title("evaluation of each checkpoint")
-    for ax, has_data in ((ax_loss, bool(data.loss or data.records or data.validation)),
-                         (ax_quality, drew_quality)):
-        ax.set_xlabel("epoch" if data.per_epoch and ax is ax_loss else "global step")
-        ax.grid(True, alpha=0.3)
-        if data.max_steps and not (data.per_epoch and ax is ax_loss):
-            ax.axvline(data.max_steps, color="0.3", linewidth=0.8, linestyle=":")
-        if has_data:
-            ax.legend(fontsize=8, loc="best")
-        else:
-            ax.text(0.5, 0.5, "no data yet", ha="center", va="center",
-                    transform=ax.transAxes, color="0.5")
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
+                ax.plot(steps, values, SPLIT_STYLE.get(split, ":"), marker="o",
+                        markersize=4, color=f"C{i}", label=f"{split} {name}")
+                drew = True
+    ax.set_title("evaluation of each checkpoint")
+    return drew
+
+
+def _frame(ax: Any, data: RunData, has_data: bool, per_epoch: bool) -> None:
+    """A panel's axis label, grid, max_steps line, and its legend or 'no data yet'."""
+    ax.set_xlabel("epoch" if per_epoch else "global step")
+    ax.grid(True, alpha=0.3)
+    if data.max_steps and not per_epoch:
+        ax.axvline(data.max_steps, color="0.3", linewidth=0.8, linestyle=":")
+    if has_data:
+        ax.legend(fontsize=8, loc="best")
+    else:
+        ax.text(0.5, 0.5, "no data yet", ha="center", va="center",
+                transform=ax.transAxes, color="0.5")
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
