@@ -218,7 +218,6 @@ def kernel_words(error, argv, cwd=None, path=None, look=True):
     found in the task's PATH``... ``look``: the program's file is on this host (its first
     bytes tell a script from a binary). The launcher words local start failures with it."""
     import errno
-    import platform
 
     program = argv[0] if argv else ""
     if error.errno == errno.ENOENT and cwd and error.filename == cwd:
@@ -230,34 +229,54 @@ def kernel_words(error, argv, cwd=None, path=None, look=True):
     head = _head(full) if full else b""
     if full and os.path.isdir(full):
         return "it is a directory"
-    if error.errno == errno.ENOENT:
-        if full and os.path.isfile(full):
-            interpreter = _interpreter(head)
-            if interpreter is not None:
-                return "its #! interpreter " + interpreter + " was not found"
-            return "a binary whose loader (dynamic linker) is not on this host"
-        if "/" in program:
-            return "not found"
-        return "not found in the task's PATH" + (" (" + path + ")" if path else "")
-    if error.errno == errno.ENOEXEC:
-        if _elf_machine(head) is not None:
-            return ("a binary for another architecture (" + str(_elf_machine(head)) +
-                    "; this host is " + platform.machine() + ")")
-        if _interpreter(head) is not None:
-            return "its #! line names a program the kernel cannot run"
-        return "no #! line and not a binary (exec format error)"
-    if error.errno == errno.EACCES:
-        if full and os.path.isfile(full) and not os.access(full, os.X_OK):
-            return "permission denied (the file is not executable: chmod +x it)"
-        return "permission denied"
-    if error.errno == errno.ETXTBSY:
-        return ("the file is being written by another process (text file busy): wait for "
-                "the copy or build to finish")
-    if error.errno == errno.E2BIG:
-        return "its arguments and environment are too long for the kernel (argument list too long)"
-    if error.errno == errno.EISDIR:
-        return "it is a directory"
-    return (error.strerror or str(error)).lower()
+    by_errno = {errno.ENOENT: lambda: _missing_words(program, full, head, path),
+                errno.ENOEXEC: lambda: _format_words(head),
+                errno.EACCES: lambda: _access_words(full)}
+    if error.errno in by_errno:
+        return by_errno[error.errno]()
+    return _plain_words(error.errno) or (error.strerror or str(error)).lower()
+
+
+def _plain_words(code):
+    """The errors whose words need nothing but the error: None for the others."""
+    import errno
+
+    return {errno.ETXTBSY: "the file is being written by another process (text file busy): "
+                           "wait for the copy or build to finish",
+            errno.E2BIG: "its arguments and environment are too long for the kernel "
+                         "(argument list too long)",
+            errno.EISDIR: "it is a directory"}.get(code)
+
+
+def _missing_words(program, full, head, path):
+    """ENOENT: the program, its #! interpreter or its loader is not there."""
+    if full and os.path.isfile(full):
+        interpreter = _interpreter(head)
+        if interpreter is not None:
+            return "its #! interpreter " + interpreter + " was not found"
+        return "a binary whose loader (dynamic linker) is not on this host"
+    if "/" in program:
+        return "not found"
+    return "not found in the task's PATH" + (" (" + path + ")" if path else "")
+
+
+def _format_words(head):
+    """ENOEXEC: a binary for another machine, a #! line the kernel cannot run, or neither."""
+    import platform
+
+    if _elf_machine(head) is not None:
+        return ("a binary for another architecture (" + str(_elf_machine(head)) +
+                "; this host is " + platform.machine() + ")")
+    if _interpreter(head) is not None:
+        return "its #! line names a program the kernel cannot run"
+    return "no #! line and not a binary (exec format error)"
+
+
+def _access_words(full):
+    """EACCES: a file without its executable bit says so."""
+    if full and os.path.isfile(full) and not os.access(full, os.X_OK):
+        return "permission denied (the file is not executable: chmod +x it)"
+    return "permission denied"
 
 
 def start_failure_line(task, argv, error, cwd=None, path=None, host=None, look=True):
