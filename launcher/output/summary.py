@@ -198,5 +198,7 @@ def closing_line(record: dict) -> str:
     where = f"checkpoint at step {saved}" if saved is not None else "no checkpoint"
     lost_words = f"{lost} step{'s' if lost != 1 else ''} lost" if lost is not None else \
         "steps lost unknown"
-    return (f"preempted at step {record.get('step_reached')}: {where} in model_dir "
-            f"({lost_words}); the next launch of this spec resumes from it")
+    reached = record.get("step_reached")
+    at = f"at step {reached}" if reached is not None else "before any step was seen"
+    return (f"preempted {at}: {where} in model_dir ({lost_words}); the next launch of this "
+            "spec resumes from it")

@@ -26,6 +26,7 @@ from support import (
     state_of,
     tfcluster_tasks,
     wait_gone,
+    wait_state,
 )
 
 FAKE_TASK = str(Path(__file__).resolve().parent / "fake_task.py")
@@ -165,6 +166,33 @@ def test_sigkill_of_the_detached_launcher_ends_every_task_and_status_says_so(tmp
         assert (f"the launcher (pid {state['launcher']['pid']} on {state['launcher']['host']}) "
                 "died before the run ended") in status.stdout
         assert " gone " in status.stdout
+
+
+def test_sigterm_to_the_detached_launcher_is_a_preemption_status_reports(tmp_path, runs):
+    """The notice reaches a detached run's launcher (a daemon) as an attached one's: its
+    chief is asked to save (a stand-in with nothing to save answers so), the tasks stop,
+    and the run is recorded preempted, with its preemption record for `launch status`."""
+    spec = tmp_path / "fake.json"
+    spec.write_text(json.dumps({
+        "name": "fake", "cluster": {"chief": 1, "ps": 1},
+        "command": [sys.executable, FAKE_TASK], "model_dir": str(tmp_path / "model"),
+        "max_steps": 10, "check_storage": False,
+        "env": {"FAKE_PLAN": json.dumps({"chief": "forever", "ps": "forever"})}}))
+    with cancelled_on_exit(tmp_path, runs):
+        run_id = detach(spec, runs)
+        state = state_of(tmp_path, run_id)
+        deadline = time.monotonic() + 30
+        while len(tfcluster_tasks()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        os.kill(state["launcher"]["pid"], signal.SIGTERM)
+        ended = wait_state(tmp_path, run_id, ("preempted", "cancelled", "failed"), 60)
+        assert ended["state"] == "preempted" and ended["status"] == 75, ended
+        assert ended["summary"]["preemption"]["notified"] == ["chief:0"]
+        assert not wait_gone(timeout=10)
+        status = run_launch("status", run_id, env=runs)
+        assert "state preempted" in status.stdout
+        assert ("preempted before any step was seen: no checkpoint in model_dir" in
+                status.stdout), status.stdout
 
 
 def test_a_detached_run_outlives_the_terminal_it_was_started_from(tmp_path, runs):
