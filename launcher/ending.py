@@ -156,19 +156,46 @@ def end_step(now: float, tasks: Iterable[TaskState], training: TrainingView,
 def _trainers(now: float, since: float, tasks: list[TaskState], trainers: list[TaskState],
               training: TrainingView, timeouts: dict[str, float],
               synchronous: bool, estimator: bool) -> EndStep:
+    """The trainers still running once training is done, in named steps: asynchronous
+    workers after the primary's end, a script past max_steps, then timeouts.finish and
+    timeouts.save."""
+    step = _workers_after_primary(now, tasks, trainers, training, timeouts, synchronous,
+                                  estimator) or _past_max_steps(tasks, trainers, training)
+    if step is not None:
+        return step
+    together = synchronous and _all_run(tasks)
+    start = _finish_from(since, tasks, synchronous, together)
+    if now - (start if start is not None else since) < timeouts["finish"]:
+        return EndStep()
+    return _still_at_work(now, since, trainers, training, timeouts, together)
+
+
+def _workers_after_primary(now: float, tasks: list[TaskState], trainers: list[TaskState],
+                           training: TrainingView, timeouts: dict[str, float],
+                           synchronous: bool, estimator: bool) -> EndStep | None:
+    """Asynchronous training: once the primary saved and exited 0, the other trainers add
+    nothing to the model (Estimator's workers after a grace, unless still starting)."""
     primary = _primary(tasks)
     asynchronous = not synchronous and any(t.type == "ps" for t in tasks)
-    if asynchronous and primary is not None and not primary.running and primary.status == 0:
-        after = now - (primary.ended_at if primary.ended_at is not None else now)
-        poll = timeouts.get("poll", 1.0)
-        workers = [t for t in trainers if t is not primary and after >= (
-            max(WORKER_GRACE, poll) if estimator and not _in_start_delay(t, now) else poll)]
-        if workers:
-            done = f"saved its final checkpoint (step {training.final_step}) and exited" \
-                if training.final_step is not None else "exited 0 (no checkpoint in model_dir)"
-            return EndStep(_names(workers), f"{primary.name} {done}: {_names_text(workers)} "
-                                            f"add{'s' if len(workers) == 1 else ''} nothing "
-                                            f"to the model after it")
+    if not (asynchronous and primary is not None and not primary.running
+            and primary.status == 0):
+        return None
+    after = now - (primary.ended_at if primary.ended_at is not None else now)
+    poll = timeouts.get("poll", 1.0)
+    workers = [t for t in trainers if t is not primary and after >= (
+        max(WORKER_GRACE, poll) if estimator and not _in_start_delay(t, now) else poll)]
+    if not workers:
+        return None
+    done = f"saved its final checkpoint (step {training.final_step}) and exited" \
+        if training.final_step is not None else "exited 0 (no checkpoint in model_dir)"
+    return EndStep(_names(workers), f"{primary.name} {done}: {_names_text(workers)} "
+                                    f"add{'s' if len(workers) == 1 else ''} nothing "
+                                    f"to the model after it")
+
+
+def _past_max_steps(tasks: list[TaskState], trainers: list[TaskState],
+                    training: TrainingView) -> EndStep | None:
+    """A script that ignores max_steps: its steps still move past a saved final step."""
     saved = training.final_step is not None and training.max_steps is not None and \
         training.final_step >= training.max_steps
     if saved and training.reached_at is not None and \
@@ -176,17 +203,27 @@ def _trainers(now: float, since: float, tasks: list[TaskState], trainers: list[T
         return EndStep(_names(trainers), f"step {training.latest_step} is past max_steps "
                                          f"{training.max_steps} and still moving: the "
                                          f"script ignores max_steps")
-    together = synchronous and _all_run(tasks)
+    return None
+
+
+def _finish_from(since: float, tasks: list[TaskState], synchronous: bool,
+                 together: bool) -> float | None:
+    """When timeouts.finish starts: at training's end; synchronous, at the first peer's
+    end (None while every peer runs)."""
     if together:
-        start = None        # no peer ended: timeouts.finish has not begun
-    elif synchronous:     # from the first peer's end
-        ended = [t.ended_at for t in tasks if t.type in TRAINERS and not t.running and
-                 t.ended_at is not None]
-        start = max(since, min(ended)) if ended else since
-    else:
-        start = since
-    if now - (start if start is not None else since) < timeouts["finish"]:
-        return EndStep()
+        return None
+    if not synchronous:
+        return since
+    ended = [t.ended_at for t in tasks if t.type in TRAINERS and not t.running and
+             t.ended_at is not None]
+    return max(since, min(ended)) if ended else since
+
+
+def _still_at_work(now: float, since: float, trainers: list[TaskState],
+                   training: TrainingView, timeouts: dict[str, float],
+                   together: bool) -> EndStep:
+    """After timeouts.finish: stop the trainers, unless they still write model_dir or run
+    together, which timeouts.save waits for (then they are cut short)."""
     bound = timeouts.get("save", SAVE_BOUND)
     writing = training.written_for is not None and training.written_for < WRITE_QUIET
     if not (writing or together):
