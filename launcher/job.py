@@ -128,6 +128,7 @@ class Job:
         self.training_done_at: float | None = None   # when the chief or a monitor said so
         self.training = training      # what model_dir says (the coordinator's view)
         self.reached_at: float | None = None   # when a monitor said max_steps was reached
+        self._ticked = -float("inf")         # when the monitors last ticked
         self.trainers_done_at: float | None = None   # after training: no trainer left
         self.waiting: tuple[float, str] | None = None  # trainers at work past finish: since, who
         self.waited: list[str] = []       # closing lines: whom the end waited for, how long
@@ -208,7 +209,7 @@ class Job:
             self.monitors += watch.monitors
             self.readiness = self.readiness or watch.readiness
             self.training = self.training or watch.training
-        ticked = -float("inf")
+        self._ticked = -float("inf")
         while True:
             self.tasks.check_starts()
             if not announced and not self.tasks.starting:
@@ -216,53 +217,73 @@ class Job:
                 self._announce()
             if self.interrupted:
                 return self._interrupted()
-            for run in self.tasks.take_ended():
-                if run.name in self.due:
-                    continue        # a restart decided in this turn covers its exit
-                failure = self._judge_exit(run, self.training_done_at is not None)
-                if failure and run.task.type == "evaluator" and self.training_done_at:
-                    failure = f"training finished, but the evaluator failed: {failure}"
-                if failure:
-                    return self._fail(run, failure)
-            tick = bool(self.monitors) and (self.tick_every <= TURN or
-                                            self.clock() - ticked >= self.tick_every)
-            tasks = self.snapshot() if tick else []        # one snapshot for every monitor
-            if tick:
-                ticked = self.clock()
-            for monitor in self.monitors if tick else ():
-                decision = monitor.tick(tasks)
-                if decision is None:
-                    continue
-                if decision.action == FAIL:
-                    return self._finish(1, decision.reason)
-                if decision.action == LOST:
-                    failure = self._judge_lost(decision)
-                    if failure:
-                        return self._finish(1, failure)
-                if decision.action == FINISH and self.reached_at is None:
-                    self.reached_at = self.clock()
-                if decision.action == FINISH and self.training_done_at is None:
-                    self.console.info(decision.reason)
-                    self.training_done_at = self.clock()
-            primary = self.tasks.primary
-            if self.training_done_at is None and primary.status == 0:
-                self.training_done_at = self.clock()
-                others = [r.name for r in self.tasks.live()]
-                self.console.info(f"{primary.name} finished" + (
-                    f"; waiting for {names_text(others)} to end" if others else ""))
-            if self.training_done_at is not None and self._ended_well():
-                fewer = fewer_words(self.lost)
-                return self._finish(0, f"training finished with {fewer} and every other "
-                                       f"task ended" if fewer else
-                                    "training finished and every task ended")
-            failure = self._silent_ps()
-            if failure:
-                return self._finish(1, failure)
+            result = self._judge_exits() or self._tick_monitors() or self._judge_turn()
+            if result is not None:
+                return result
             self._start_due()
             # a turn is O(N) (every task polled): with many tasks the loop turns as often
             # as the monitors tick, leaving the starts the CPU; an exit that closes a
             # task's output wakes it at once either way
             self.wait(self.tick_every)
+
+    def _judge_exits(self) -> JobResult | None:
+        """The tasks that ended since the last turn, each through its restart policy; the
+        job's failure when one says so."""
+        for run in self.tasks.take_ended():
+            if run.name in self.due:
+                continue        # a restart decided in this turn covers its exit
+            failure = self._judge_exit(run, self.training_done_at is not None)
+            if failure and run.task.type == "evaluator" and self.training_done_at:
+                failure = f"training finished, but the evaluator failed: {failure}"
+            if failure:
+                return self._fail(run, failure)
+        return None
+
+    def _tick_monitors(self) -> JobResult | None:
+        """When it is time: one snapshot for every monitor, each decision acted on."""
+        if not self.monitors or (self.tick_every > TURN and
+                                 self.clock() - self._ticked < self.tick_every):
+            return None
+        tasks = self.snapshot()
+        self._ticked = self.clock()
+        for monitor in self.monitors:
+            decision = monitor.tick(tasks)
+            result = self._act_on(decision) if decision is not None else None
+            if result is not None:
+                return result
+        return None
+
+    def _act_on(self, decision: Decision) -> JobResult | None:
+        """A monitor's decision: fail the job, judge a loss, or note training done."""
+        if decision.action == FAIL:
+            return self._finish(1, decision.reason)
+        if decision.action == LOST:
+            failure = self._judge_lost(decision)
+            if failure:
+                return self._finish(1, failure)
+        if decision.action == FINISH and self.reached_at is None:
+            self.reached_at = self.clock()
+        if decision.action == FINISH and self.training_done_at is None:
+            self.console.info(decision.reason)
+            self.training_done_at = self.clock()
+        return None
+
+    def _judge_turn(self) -> JobResult | None:
+        """The primary's exit 0 marks training done; a job whose tasks all ended well
+        succeeds; a silent ps fails it."""
+        primary = self.tasks.primary
+        if self.training_done_at is None and primary.status == 0:
+            self.training_done_at = self.clock()
+            others = [r.name for r in self.tasks.live()]
+            self.console.info(f"{primary.name} finished" + (
+                f"; waiting for {names_text(others)} to end" if others else ""))
+        if self.training_done_at is not None and self._ended_well():
+            fewer = fewer_words(self.lost)
+            return self._finish(0, f"training finished with {fewer} and every other "
+                                   f"task ended" if fewer else
+                                "training finished and every task ended")
+        failure = self._silent_ps()
+        return self._finish(1, failure) if failure else None
 
     def _interrupted(self) -> JobResult:
         """Ctrl-C, SIGHUP: the ordered stop. SIGTERM while training runs is a preemption
