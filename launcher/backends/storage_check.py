@@ -119,6 +119,60 @@ def _parse(output: str) -> dict[str, Any] | None:
     return None
 
 
+def _write_launcher_probe(fs: Any, root: str, model_dir: str, name: str, token: str) -> bool:
+    """The launcher's own probe in model_dir (made when missing); whether model_dir existed.
+    PreflightError when the launcher cannot write it."""
+    try:
+        existed = fs.exists(root)
+        fs.makedirs(root, exist_ok=True)
+        fs.pipe_file(f"{root}/{name}", token.encode())
+    except Exception as e:  # noqa: BLE001 - any storage error: say what and where
+        raise PreflightError(f"model_dir {model_dir}: the launcher cannot write it "
+                             f"({type(e).__name__}: {e})") from None
+    return bool(existed)
+
+
+def _probe_problem(result: ProbeResult, task: TaskPlan, model_dir: str, fs: Any, root: str,
+                   name: str, token: str, launcher_token: str
+                   ) -> tuple[dict[str, Any], str | None, bool]:
+    """One probe's answer: what it said, the problem in words (None: it shares the
+    launcher's storage), and whether the launcher sees the file it wrote."""
+    out = _parse(result.output)
+    if out is None:     # the probe did not run: the interpreter, not model_dir
+        detail = result.output.strip()[-300:] or "no output"
+        return {}, (f"the storage check could not run {probe_python(task.command)} "
+                    f"there (exit status {result.returncode}): {detail}"), True
+    if not out.get("ok"):
+        detail = out.get("error") or result.output.strip()[-300:] or \
+            f"exit status {result.returncode}"
+        return out, f"cannot write model_dir {model_dir}: {detail}", True
+    if not _visible(fs, f"{root}/{name}", token):
+        return out, (f"writes model_dir to {out.get('where')}, which the launcher "
+                     "does not see (the launcher's model_dir is "
+                     f"{fs.unstrip_protocol(root)})"), False
+    if out.get("seen") != launcher_token:
+        return out, (f"does not see the launcher's probe in {out.get('where')}: not the "
+                     f"storage the launcher sees ({fs.unstrip_protocol(root)})"), True
+    return out, None, True
+
+
+def _refuse(model_dir: str, outcomes: list[ProbeOutcome], events: EventLog | None, fs: Any,
+            root: str, existed: bool) -> None:
+    """Record the outcomes and raise PreflightError naming every task that does not share
+    the storage (a model_dir the check made is removed)."""
+    bad = [o for o in outcomes if o.problem]
+    if events is not None:     # a job's event log starts with job_started
+        events.write("storage_check", model_dir=model_dir, ok=False,
+                     tasks={o.task: {"host": o.seen_host, "where": o.where,
+                                     "problem": o.problem} for o in outcomes})
+    if not existed:    # a refused job leaves no model_dir behind
+        _remove_empty_dir(fs, root)
+    lines = "\n".join(f"  {o.task} on host {o.host} ({o.seen_host}): {o.problem}" for o in bad)
+    raise PreflightError(f"model_dir is not the same storage for every task; the chief "
+                         f"and every ps must write into one place:\n{lines}\n"
+                         f"(set \"check_storage\": false in the spec to skip this check)")
+
+
 def check_shared_storage(plan: JobPlan, backend: Backend, console: Console | None = None,
                          events: EventLog | None = None) -> None:
     """Raise PreflightError naming every task that does not share model_dir's storage.
@@ -139,13 +193,7 @@ def check_shared_storage(plan: JobPlan, backend: Backend, console: Console | Non
     root = root.rstrip("/")
     tag = f"{PROBE_PREFIX}{plan.run_id}-{_token()[:6]}"
     launcher_name, launcher_token = f"{tag}-launcher", _token()
-    try:
-        existed = fs.exists(root)
-        fs.makedirs(root, exist_ok=True)
-        fs.pipe_file(f"{root}/{launcher_name}", launcher_token.encode())
-    except Exception as e:  # noqa: BLE001 - any storage error: say what and where
-        raise PreflightError(f"model_dir {plan.model_dir}: the launcher cannot write it "
-                             f"({type(e).__name__}: {e})") from None
+    existed = _write_launcher_probe(fs, root, plan.model_dir, launcher_name, launcher_token)
     groups: dict[Hashable, list[TaskPlan]] = {}     # one probe each, by its first task
     for task in plan.tasks:
         groups.setdefault(environment_of(task, backend), []).append(task)
@@ -173,25 +221,11 @@ def check_shared_storage(plan: JobPlan, backend: Backend, console: Console | Non
             return
         for members, result in zip(groups.values(), results):
             task = members[0]
-            out = _parse(result.output)
-            problem = None
-            if out is None:     # the probe did not run: the interpreter, not model_dir
-                detail = result.output.strip()[-300:] or "no output"
-                problem = (f"the storage check could not run {probe_python(task.command)} "
-                           f"there (exit status {result.returncode}): {detail}")
-                out = {}
-            elif not out.get("ok"):
-                detail = out.get("error") or result.output.strip()[-300:] or \
-                    f"exit status {result.returncode}"
-                problem = f"cannot write model_dir {plan.model_dir}: {detail}"
-            elif not _visible(fs, f"{root}/{names[task.name]}", tokens[task.name]):
+            out, problem, seen = _probe_problem(result, task, plan.model_dir, fs, root,
+                                                names[task.name], tokens[task.name],
+                                                launcher_token)
+            if not seen:
                 unseen.append(task)
-                problem = (f"writes model_dir to {out.get('where')}, which the launcher "
-                           "does not see (the launcher's model_dir is "
-                           f"{fs.unstrip_protocol(root)})")
-            elif out.get("seen") != launcher_token:
-                problem = (f"does not see the launcher's probe in {out.get('where')}: not the "
-                           f"storage the launcher sees ({fs.unstrip_protocol(root)})")
             outcomes += [ProbeOutcome(t.name, t.host, out.get("host", "?"), out.get("where", "?"),
                                       problem) for t in members]
     finally:
@@ -199,19 +233,8 @@ def check_shared_storage(plan: JobPlan, backend: Backend, console: Console | Non
         if unseen:
             with ThreadPoolExecutor(max_workers=min(16, len(unseen))) as pool:
                 list(pool.map(lambda t: run_probe(t, "remove"), unseen))
-    bad = [o for o in outcomes if o.problem]
-    if bad and events is not None:     # a job's event log starts with job_started
-        events.write("storage_check", model_dir=plan.model_dir, ok=not bad,
-                     tasks={o.task: {"host": o.seen_host, "where": o.where,
-                                     "problem": o.problem} for o in outcomes})
-    if bad:
-        if not existed:    # a refused job leaves no model_dir behind
-            _remove_empty_dir(fs, root)
-        lines = "\n".join(f"  {o.task} on host {o.host} ({o.seen_host}): {o.problem}"
-                          for o in bad)
-        raise PreflightError(f"model_dir is not the same storage for every task; the chief "
-                             f"and every ps must write into one place:\n{lines}\n"
-                             f"(set \"check_storage\": false in the spec to skip this check)")
+    if any(o.problem for o in outcomes):
+        _refuse(plan.model_dir, outcomes, events, fs, root, existed)
     if console is not None:
         console.info(f"model_dir {plan.model_dir}: the same storage for all "
                      f"{len(outcomes)} tasks")
