@@ -283,27 +283,33 @@ class KubernetesBackend(Backend):
             if key in own:
                 out.append({"name": key, "value": value})
                 continue
-            value = value.replace("$(", "$$(")      # the kubelet expands $(VAR): keep literal
-            if key == "TFCLUSTER_TASK_INDEX":
-                value = f"$({INDEX_ENV})"
-            elif key == "TF_CONFIG":
-                if mode == "tfjob":
-                    continue                        # the operator sets it
-                cluster = json.dumps(json.loads(value)["cluster"], separators=(",", ":"))
-                value = f'{{"cluster":{cluster},"task":{{"type":"{role}","index":$({INDEX_ENV})}}}}'
-            elif key == "TFCLUSTER_RESTART_COUNT" and mode == "jobset":
-                out.append({"name": key, "valueFrom": {"fieldRef": {  # the JobSet's restarts
-                    "fieldPath": f"metadata.labels['{JOBSET_RESTARTS}']"}}})
-                continue
-            elif key == "TFCLUSTER_TASK":
-                value = f"{role}:$({INDEX_ENV})"
-            elif key == "TFCLUSTER_SHARD_INDEX" and value != "0":
+            if key == "TFCLUSTER_SHARD_INDEX" and value != "0":
                 shift = True                        # index + 1: computed by the command
                 continue
-            elif key == "TFCLUSTER_SHARD_INDEX" and role == "worker":
-                value = f"$({INDEX_ENV})"
-            out.append({"name": key, "value": value})
+            entry = self._pod_value(key, value.replace("$(", "$$("), role, mode)
+            if entry is not None:                   # the kubelet expands $(VAR): keep literal
+                out.append(entry)
         return out, shift
+
+    @staticmethod
+    def _pod_value(key: str, value: str, role: str, mode: str) -> dict | None:
+        """One launcher variable in the pod template: the task's index taken from the pod
+        where the value names it; None where the engine sets it (TFJob's TF_CONFIG)."""
+        if key == "TFCLUSTER_TASK_INDEX":
+            value = f"$({INDEX_ENV})"
+        elif key == "TF_CONFIG":
+            if mode == "tfjob":
+                return None                         # the operator sets it
+            cluster = json.dumps(json.loads(value)["cluster"], separators=(",", ":"))
+            value = f'{{"cluster":{cluster},"task":{{"type":"{role}","index":$({INDEX_ENV})}}}}'
+        elif key == "TFCLUSTER_RESTART_COUNT" and mode == "jobset":
+            return {"name": key, "valueFrom": {"fieldRef": {  # the JobSet's restarts
+                "fieldPath": f"metadata.labels['{JOBSET_RESTARTS}']"}}}
+        elif key == "TFCLUSTER_TASK":
+            value = f"{role}:$({INDEX_ENV})"
+        elif key == "TFCLUSTER_SHARD_INDEX" and role == "worker":
+            value = f"$({INDEX_ENV})"
+        return {"name": key, "value": value}
 
     def _container(self, plan: JobPlan, role: str, redact: bool) -> dict:
         task = plan.task(role, 0)
