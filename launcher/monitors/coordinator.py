@@ -134,15 +134,11 @@ class CoordinatorMonitor:
         trainers = [t for t in tasks if t.type in TRAINERS]
         running = tuple(t.name for t in trainers if t.running)
         ended = bool(trainers) and not running and not any(t.restarting for t in trainers)
-        if ended and self._trainers_ended_at is None:
-            self._trainers_ended_at = now
-        elif not ended:
+        if not ended:
             self._trainers_ended_at = None
-        finishing = None
-        if self._decided is not None and self._decided[0] == FINISH:
-            finishing = self._decided[1]
-        elif primary_exited_0(tasks):
-            finishing = f"{primary_exited_0(tasks)} exited 0"
+        elif self._trainers_ended_at is None:
+            self._trainers_ended_at = now
+        finishing = self._finishing(tasks)
         return JobState(
             restarting=tuple(t.name for t in tasks if t.restarting), finishing=finishing,
             trainers=running, trainers_ended=ended,
@@ -150,6 +146,13 @@ class CoordinatorMonitor:
             ps=tuple(t.name for t in tasks if t.type == "ps" and t.running),
             ended_for=now - self._trainers_ended_at if self._trainers_ended_at else 0.0,
             evaluator_timeout=self.evaluator_timeout)
+
+    def _finishing(self, tasks: list[TaskState]) -> str | None:
+        """Why training is being finished: the decision said, else the primary's exit 0."""
+        if self._decided is not None and self._decided[0] == FINISH:
+            return self._decided[1]
+        primary = primary_exited_0(tasks)
+        return f"{primary} exited 0" if primary else None
 
     def _maybe_print(self, p: Progress, now: float, silent: list[str],
                      state: JobState | None = None, force: bool = False) -> None:
