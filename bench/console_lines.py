@@ -67,11 +67,13 @@ def run(tree: Path, name: str, tmp: Path) -> dict:
     (tmp / "spec.json").write_text(json.dumps(spec))
     env = {**os.environ, "PYTHONPATH": str(tree),
            "TFCLUSTER_EXAMPLES_DATA": str(Path(tempfile.gettempdir()) / "tfcluster-data")}
-    # run in the tree: `python -c` puts the working directory first on sys.path
-    launch = "import sys; from launcher.cli import main; sys.exit(main())"
+    # the tree's launcher first on sys.path (`python -c` puts the working directory there),
+    # run from the job's folder: the run registry (.tfcluster/) goes there, not into a tree
+    launch = (f"import sys; sys.path.insert(0, {str(tree)!r}); "
+              f"from launcher.cli import main; sys.exit(main())")
     proc = subprocess.run([sys.executable, "-c", launch,
                            str(tmp / "spec.json"), "--run-dir", str(tmp / "run")],
-                          cwd=tree, env=env, stdin=subprocess.DEVNULL,
+                          cwd=tmp, env=env, stdin=subprocess.DEVNULL,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     (tmp.parent / f"{name}.console.txt").write_text(proc.stdout)
     lines = proc.stdout.splitlines()
