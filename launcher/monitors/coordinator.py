@@ -47,6 +47,9 @@ PROGRESS_QUIET = 30.0    # ... and while nothing does
 # time passing is no change: a bound counting down, an age, a wait growing
 COUNTDOWN = re.compile(r"at most \S+ more|after \d\S*|\d\S* ago|for \d+[smh]\S*")
 EMPTY = "no checkpoint or summary"
+OUTPUT_SOURCE = "'s output"      # a step from the trainers' output
+OUTPUT_EVERY = 15.0              # s between two lines that only move the output's step
+OUTPUT_STEP = re.compile(r"step ~?\d+(/\d+ \(\d+%\))?|\d\S* ago|[\d.]+ steps/s")
 NESTED_DEPTH = 3          # levels below model_dir where a nested checkpoint is looked for
 
 
@@ -167,6 +170,9 @@ class CoordinatorMonitor:
                              self._nothing(p, now - started))
         once = EMPTY in line and EMPTY in last     # said once: nothing new to say
         changed = COUNTDOWN.sub("", line) != COUNTDOWN.sub("", last)  # not the time left alone
+        if changed and OUTPUT_SOURCE in line and OUTPUT_SOURCE in last and \
+                OUTPUT_STEP.sub("", line) == OUTPUT_STEP.sub("", last):   # the output's step
+            changed = now - at >= OUTPUT_EVERY          # moving: said every 15 s, not 5
         if changed or (now - at >= PROGRESS_QUIET and not once):
             self.console.progress_line(line)
             self._last_line = (line, now)
