@@ -136,7 +136,11 @@ class CoordinatorMonitor:
         """What the tasks are doing, for the progress line."""
         trainers = [t for t in tasks if t.type in TRAINERS]
         running = tuple(t.name for t in trainers if t.running)
-        ended = bool(trainers) and not running and not any(t.restarting for t in trainers)
+        # a trainer still being started (tasks start in a pool while the monitors tick)
+        # has not ended: only started, ended and not restarting ones have
+        ended = bool(trainers) and all((t.started_at is not None or t.status is not None)
+                                       and not t.running and not t.restarting
+                                       for t in trainers)
         if not ended:
             self._trainers_ended_at = None
         elif self._trainers_ended_at is None:

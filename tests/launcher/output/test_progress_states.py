@@ -79,7 +79,8 @@ def test_a_job_that_writes_nothing_into_model_dir_gets_one_line_not_one_every_5s
 def test_the_monitor_knows_when_training_ended_and_who_is_waited_for(tmp_path):
     now = [0.0]
     mon, _ = monitor(tmp_path, lambda: now[0])
-    tasks = [TaskState("chief:0", "chief", alive=False, exit_status="0"),
+    tasks = [TaskState("chief:0", "chief", alive=False, exit_status="0", status=0,
+                       started_at=1.0),
              TaskState("ps:0", "ps", running=True),
              TaskState("evaluator:0", "evaluator", running=True)]
     assert mon.job_state(tasks, 10.0).trainers_ended
@@ -88,3 +89,19 @@ def test_the_monitor_knows_when_training_ended_and_who_is_waited_for(tmp_path):
     running = [TaskState("chief:0", "chief", alive=False, exit_status="0"),
                TaskState("worker:0", "worker", running=True)]
     assert mon.job_state(running, 80.0).finishing == "chief:0 exited 0"
+
+
+def test_trainers_still_being_started_have_not_ended(tmp_path):
+    """Tasks start in a pool while the monitors tick: a chief not started yet is not a
+    chief that ended, and no "training ended" line comes before the job has started."""
+    now = [0.0]
+    mon, err = monitor(tmp_path, lambda: now[0])
+    starting = [TaskState("ps:0", "ps", running=True), TaskState("chief:0", "chief")]
+    assert not mon.job_state(starting, 0.0).trainers_ended
+    mon.coordinator.poll_once()
+    mon.tick(starting)
+    mon.close()
+    assert "training ended" not in err.getvalue()
+    ended = [TaskState("ps:0", "ps", running=True),
+             TaskState("chief:0", "chief", status=0, started_at=0.0, exit_status="0")]
+    assert mon.job_state(ended, 1.0).trainers_ended
