@@ -116,6 +116,7 @@ class Coordinator:
         self._baseline = False       # the first poll's state file: there before this job
         self._history: collections.deque = collections.deque(maxlen=RATE_WINDOW)
         self._series = StepSeries()
+        self._stale_events: int | None = None   # the events step a restart made stale
         self._events_file: str | None = None
         self._events_size = -1
         self._events_offset = 0
@@ -170,9 +171,13 @@ class Coordinator:
         runs with ``stall`` alone (until a checkpoint is named after the restart)."""
         with self._lock:
             self._history.clear()
+            # the steps the events file held past the newest checkpoint were lost with the
+            # restart: the step is the checkpoint's again until the events file moves
+            self._stale_events = self._series.newest
             self._progress = replace(self._progress, last_activity=self.clock(),
                                      last_activity_what="a restart", named=None,
-                                     steps_per_sec=None, eta_secs=None, step_at=None)
+                                     steps_per_sec=None, eta_secs=None, step_at=None,
+                                     events_step=None)
 
     def follow_writes(self) -> None:
         """From now on every poll also says when model_dir last changed (``written_at``):
@@ -254,6 +259,9 @@ class Coordinator:
             p = replace(p, events_interleaved=True)
             self._emit("events_interleaved", step=self._series.newest)
         step = self._series.newest
+        if step is not None and step == self._stale_events:
+            return p                         # the events have not moved since a restart
+        self._stale_events = None
         if step is not None and step != p.events_step:
             self._observe(now, step)
             p = replace(p, events_step=step, steps_per_sec=self._rate(),

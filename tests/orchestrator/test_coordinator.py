@@ -242,3 +242,25 @@ def test_steps_between_checkpoints_come_from_the_events_file(storage):
         assert (p.step, p.events_step, p.latest_step) == (0, step, step)
     assert p.steps_per_sec == 10.0 and p.eta_secs == 70.0
     assert coord.judge(cluster()) is None          # finish needs a complete checkpoint
+
+
+def test_after_a_restart_the_step_is_the_checkpoints_until_the_events_file_moves(storage):
+    """The events file's steps past the newest checkpoint were lost with a restart: the
+    restored trainers start again from the checkpoint, so its step is shown, not the old
+    series' 1642 next to it, until the events file moves again."""
+    url, fs, _ = storage
+    clock = Clock()
+    FakeTrainer(fs, url).save(1000)
+    events = f"{url}/events.out.tfevents.1700000000.host"
+    written = tfrecord(0) + tfrecord(1642, b"\x0a\x04loss")
+    fs.pipe_file(events, written)
+    coord = coordinator(storage, clock, max_steps=2000, stall=90)
+    assert coord.poll_once().latest_step == 1642
+    coord.note_restart()
+    clock.now += 10
+    p = coord.poll_once()
+    assert (p.events_step, p.latest_step) == (None, 1000)
+    clock.now += 10
+    fs.pipe_file(events, written + tfrecord(1100, b"\x0a\x04loss"))   # the restored series
+    p = coord.poll_once()
+    assert (p.step, p.latest_step) == (1000, 1100)
