@@ -48,11 +48,11 @@ class Console:
 
     def shows(self, name: str, line: str) -> str | None:
         """The line as the console prints it, or None when it is not printed."""
+        line = latest_state(line)    # a bar redrawn in place: its last state, as shown
         if name.split(":", 1)[0] in TRAINERS:
             self.steps.see(name, line)
         if self.quiet:
             return None
-        line = latest_state(line)
         if not line.strip():
             return None         # nothing after the prefix: the log has it
         if self.verbose:

@@ -52,6 +52,22 @@ def test_keras_bars_count_steps_across_epochs():
     assert other.newest() is None
 
 
+def test_an_epoch_s_whole_redrawn_line_counts_as_its_last_state():
+    """Keras 2's bar (tf.keras, TF docs' Keras MWMS tutorial) is redrawn with \\r and \\b and
+    ends with a newline once per epoch: that whole line's step is its last state (epoch 3's
+    70/70: step 210), not its first redraw's 1/70 (step 141, once shown after step 166)."""
+    console = Console(io.StringIO(), io.StringIO(), quiet=True)
+    bar = "{:>2}/70 [{}] - ETA: 0s - loss: 4.6024"
+    epoch = "".join("\r" + bar.format(i, "=" * (i * 30 // 70)) + "\b" * 60
+                    for i in range(1, 71)) + "\r70/70 [====] - 8s 116ms/step - loss: 2.3012"
+    for line in ["Epoch 1/3", epoch, "Epoch 2/3", epoch, "Epoch 3/3",
+                 "\r 26/70 [===>...] - ETA: 5s"]:
+        console.shows("worker:0", line)
+    assert console.steps.newest().step == 166
+    console.shows("worker:0", epoch)
+    assert console.steps.newest().step == 210
+
+
 def test_global_step_sec_gives_an_estimate_that_says_so():
     clock = FakeClock()
     steps = TrainerSteps(clock)
