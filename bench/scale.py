@@ -56,6 +56,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bytecode import with_bytecode
+
 REPO = Path(__file__).resolve().parents[1]
 LAUNCH = str(Path(sys.executable).parent / "launch")
 STAMP = 'read t _ </proc/uptime; echo "$t" >"$STAMPS/$TFCLUSTER_TASK_TYPE-$TFCLUSTER_TASK_INDEX.{}"'
@@ -628,6 +630,7 @@ def main() -> None:
     PS = args.ps
     if shutil.which("setsid") is None:
         sys.exit("bench/scale.py needs setsid (util-linux)")
+    with_bytecode(REPO, *([args.before.resolve()] if args.before else []))
     print(f"{time.strftime('%Y-%m-%d %H:%M')} UTC, {os.cpu_count()} cores (shared machine)\n")
     if "local" in args.parts:
         for burn in args.burn:

@@ -34,6 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bytecode import with_bytecode
+
 REPO = Path(__file__).resolve().parents[1]
 STAMP = ("import os;d=os.environ['STAMPS']+'/'+os.environ['TFCLUSTER_TASK'].replace(':','-');"
          "u=lambda:open('/proc/uptime').read().split()[0];open(d+'.s','w').write(u());"
@@ -262,6 +264,7 @@ def main() -> None:
     parser.add_argument("--parts", nargs="+", default=["compare", "phases"])
     args = parser.parse_args()
     trees = {**({"before": args.before.resolve()} if args.before else {}), "launch": REPO}
+    with_bytecode(*trees.values())
     with open("/proc/loadavg") as f:
         load = f.read().split()[0]
     print(f"{time.strftime('%Y-%m-%d %H:%M')} UTC, {os.cpu_count()} cores (shared machine), "
