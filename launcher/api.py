@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
     SpecLike = Union[str, "os.PathLike[str]", dict[str, Any], Spec]
 
-from launcher.backends import engine_holds
+from launcher.backends import engine, engine_holds
 from launcher.errors import LauncherFailed, SpecError, Terminated, UsageError
 
 MAX_PORT_RETRIES = 3
@@ -144,6 +144,7 @@ def _backend(spec: Spec, local: bool, inside_job: bool = False) -> Backend:
     (``Backend.accept``): it never sees the spec. ``inside_job``: the launcher runs inside
     the engine's job (a detached Slurm run's batch script)."""
     from launcher.backends import backend_class
+    from launcher.backends.base import PlacesGpus
     from launcher.gpus import check_backend
     from launcher.plan import reservation
 
@@ -154,7 +155,7 @@ def _backend(spec: Spec, local: bool, inside_job: bool = False) -> Backend:
     options = cls.validate_options(spec.backend_options.get(name), name)
     backend = cls(options, remap=local and spec.backend != "local", inside_job=inside_job)
     backend.accept(reservation(spec))
-    check_backend(backend.places_gpus, name, spec.resources)
+    check_backend(isinstance(backend, PlacesGpus), name, spec.resources)
     return backend
 
 
@@ -235,14 +236,15 @@ def make_plan(spec: Spec, backend: Backend, command: list[str] | None,
               run_id: str | None = None) -> JobPlan:
     """The plan, with each task's GPUs where the backend already knows its machines' (ssh
     learns them in its preflight: ``_execute`` places them then). GpuError: over-asked."""
+    from launcher.backends.base import gpu_machines
     from launcher.gpus import place
     from launcher.plan import build_plan
 
     plan = build_plan(spec, port_for=backend.allocate_port, place=backend.place,
                       command=command, run_id=run_id, backend=backend.name,
                       notice=backend.notice,
-                      base_env={"TFCLUSTER_RESTART_COUNT": str(backend.attempt())})
-    place(plan, backend.gpu_machines(plan))
+                      base_env={"TFCLUSTER_RESTART_COUNT": str(engine.attempt(backend))})
+    place(plan, gpu_machines(backend, plan))
     return plan
 
 
@@ -262,6 +264,7 @@ def render_dry_run(plan: JobPlan, backend: Backend, as_json: bool = False, extra
     """The plan as --dry-run prints it: every task in full up to GROUP_ABOVE tasks (or with
     ``every``, or as JSON); above, the first task of each role in full and every task's
     address (docs/console.md)."""
+    from launcher.backends.base import PlacesGpus, gpu_machines
     from launcher.gpus import describe, shown
     from launcher.output.grouped import GROUP_ABOVE
     from launcher.records.lease import dry_run_line
@@ -283,7 +286,7 @@ def render_dry_run(plan: JobPlan, backend: Backend, as_json: bool = False, extra
     if marked:
         lines.append("# ports marked 'auto' were picked now and are picked again at start: "
                      "give host:port in the spec to fix them")
-    lines += describe(backend.gpu_machines(plan), backend.places_gpus)
+    lines += describe(gpu_machines(backend, plan), isinstance(backend, PlacesGpus))
     condensed = not every and len(tasks) > GROUP_ABOVE
     if condensed:
         lines.append(f"# {len(tasks)} tasks: the first of each role in full, then every "
@@ -332,7 +335,9 @@ def execute(spec: Spec, backend: Backend, plan: JobPlan, command: list[str] | No
 
     run_dir = args.run_dir or default_run_dir(spec, plan.run_id, getattr(args, "root", None))
     os.makedirs(run_dir, exist_ok=True)
-    state = open_state(run_dir, plan, backend, args)
+    state = open_state(run_dir, plan, args, backend=backend.name,
+                       handle=engine.run_handle(backend), attempt=engine.attempt(backend),
+                       inside_job=backend.inside_job)
     state.on_running = on_running
     console = console or make_console(quiet=args.quiet, verbose=getattr(args, "verbose", False))
     leases: list[Lease] = []        # model_dir's lease, once _execute took it
@@ -342,7 +347,7 @@ def execute(spec: Spec, backend: Backend, plan: JobPlan, command: list[str] | No
                                    console, leases))
     except BaseException as e:
         status, reason = exit_of(e)
-        requeued = status > 128 and backend.requeued()
+        requeued = status > 128 and engine.requeued(backend)
         _release(leases, state, requeued)
         crashed = status == 1 and not isinstance(e, LauncherFailed)
         if crashed:     # the launcher's own bug: one line, the traceback in run_dir
@@ -361,8 +366,8 @@ def execute(spec: Spec, backend: Backend, plan: JobPlan, command: list[str] | No
                "tasks": [{k: v for k, v in r.items() if k != "status"} for r in result.tasks],
                **({"preemption": result.preemption} if result.preemption else {})}
     with held(signal.SIGTERM):      # a requeue signals this very batch step: record it first
-        requeued = (result.status > 128 and backend.requeued()) or \
-            (result.status == PREEMPTED and backend.requeue())
+        requeued = (result.status > 128 and engine.requeued(backend)) or \
+            (result.status == PREEMPTED and engine.requeue(backend))
         _release(leases, state, requeued)
         state.finish(result.status, result.reason, summary if result.tasks else None,
                      requeued=requeued, step=result.final_step)
@@ -381,7 +386,7 @@ def _take_lease(plan: JobPlan, backend: Backend, args: RunOptions, run_dir: str,
         events.write("lease_lost", run_id=holder.run_id, host=holder.host)
 
     lease = acquire(plan.storage, plan.run_id, run_dir, getattr(args, "force", False),
-                    warn=console.info, backend=backend.name, handle=backend.run_handle(),
+                    warn=console.info, backend=backend.name, handle=engine.run_handle(backend),
                     holds=engine_holds)
     lease.start_heartbeat(on_lost=lost)
     state.update(lease=lease.describe())
@@ -436,6 +441,7 @@ def _execute(run: Attached) -> RunResult:
         run.options
     run_dir, events, state, console, leases = run.run_dir, run.events, run.state, \
         run.console, run.leases
+    from launcher.backends.base import gpu_machines
     from launcher.gpus import place
     from launcher.job import Job, PortConflict
     from launcher.records.unwritten import Unwritten
@@ -450,7 +456,7 @@ def _execute(run: Attached) -> RunResult:
         backend.preflight(plan)
         for note in backend.preflight_notes:
             console.info(note)
-        place(plan, backend.gpu_machines(plan))
+        place(plan, gpu_machines(backend, plan))
         from launcher.backends.storage_check import preflight_model_dir
         if preflight_model_dir(plan, backend, args.retrain, console, events):
             return RunResult(0, "model_dir already holds a checkpoint at max_steps", run_dir,

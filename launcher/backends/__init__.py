@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from launcher.backends.base import Backend
+    from launcher.backends.engine import Follower
     from launcher.records.lease import Holder
 
 # name -> the module that defines ``BACKEND`` (imported only when the backend is used)
@@ -42,15 +43,15 @@ def backend_class(name: str) -> type[Backend]:
     return entry
 
 
-def following(name: str | None) -> type[Backend]:
-    """The backend that follows a run whose state.json names ``name`` (``launch status``,
-    ``launch cancel``): its class, or the base one for a name not registered here (its
+def following(name: str | None) -> type[Follower]:
+    """What follows a run whose state.json names backend ``name`` (``launch status``,
+    ``launch cancel``): that backend's class where it is a Follower (an engine holds its
+    runs), else the Follower of a run no engine holds (a name not registered here too: its
     engine, if any, cannot be asked)."""
-    if name in _REGISTRY:
-        return backend_class(name)
-    from launcher.backends.base import Backend
+    from launcher.backends.engine import Follower
 
-    return Backend
+    cls = backend_class(name) if name in _REGISTRY else None
+    return cls if cls is not None and issubclass(cls, Follower) else Follower
 
 
 def engine_holds(holder: Holder) -> bool:

@@ -4,7 +4,9 @@ A backend knows how to reach hosts: pick ports there, check them before anything
 start one task, and hand back a handle the job loop can poll, signal and read output from.
 The job loop (launcher/job.py) owns the policy: start order, the end, restarts, teardown.
 Engines that submit whole jobs (Slurm, Kubernetes) also render what they submit
-(``describe``), printed by ``--dry-run``.
+(``describe``), printed by ``--dry-run``. A backend that gives tasks their GPUs is also a
+``PlacesGpus``; what an engine that holds the run does beyond running tasks (its handle,
+``--detach``'s submission, following a run by its handle) is in launcher/backends/engine.py.
 
 A backend never sees the spec. It is built from its options; ``accept`` gives it the
 job's Reservation (launcher/plan.py: names, tasks and their spec addresses, resources),
@@ -190,12 +192,6 @@ class Backend(ABC):
     reachable: ClassVar[bool] = True
     # An address without a port gets one picked anew at every start (--dry-run says so).
     ports_picked_at_start: ClassVar[bool] = True
-    # True when ``--detach`` hands the whole job to the engine (``submit``); False: the
-    # launcher goes on as a daemon on this machine.
-    detached_by_engine: ClassVar[bool] = False
-    # The launcher gives each task its GPUs (CUDA_VISIBLE_DEVICES, launcher/gpus.py): the
-    # backends that start processes themselves. Slurm and Kubernetes bind devices.
-    places_gpus: ClassVar[bool] = False
     # ``start`` also serves a process beside the tasks on a task's host (TensorBoard on the
     # chief's: launcher/tensorboard.py); False: such a process runs on this machine.
     serves_beside_tasks: ClassVar[bool] = False
@@ -206,7 +202,6 @@ class Backend(ABC):
     # signals the chief with SIGURG, and the notice's sitecustomize is where the launcher
     # has it. An image's tasks find it in the image; Kubernetes' pods only hear SIGTERM.
     notice: ClassVar[Notice] = Notice()
-    _gpus_here: tuple[Gpu, ...] | None       # this machine's, once asked (gpu_machines)
 
     def __init__(self, options: Any = None, *, remap: bool = False, inside_job: bool = False):
         """``options``: the spec's section named like the backend, as its ``OPTIONS``.
@@ -253,18 +248,6 @@ class Backend(ABC):
         that failed. Nothing may be left running. The run's plan: a backend keeps what
         ``start`` needs of it (its timeouts)."""
 
-    def gpu_machines(self, plan: JobPlan) -> list[Machine] | None:
-        """Where ``places_gpus``: each machine the plan's tasks run on, with its GPUs
-        (launcher/gpus.py); None while they are not known (ssh before its preflight).
-        By default every task runs on this machine, whose nvidia-smi is asked."""
-        if not self.places_gpus:
-            return None
-        from launcher.gpus import discover_here, machines_here, path_of
-
-        if not hasattr(self, "_gpus_here"):      # nvidia-smi once per run: it can be slow
-            self._gpus_here = discover_here(path_of(plan))
-        return machines_here(plan, self._gpus_here)
-
     def probe(self, task: TaskPlan, argv: list[str], timeout: float) -> ProbeResult:
         """Run a short command where ``task`` would run, with its environment."""
         raise NotImplementedError(f"backend {self.name} cannot run probes")
@@ -291,64 +274,25 @@ class Backend(ABC):
     def close(self) -> None:
         """Release whatever the backend holds (connections, allocations)."""
 
-    # ------------------------------------------------------------------ detached runs
-    def run_handle(self) -> dict[str, Any]:
-        """What names this run in the engine (``{"slurm_job": "12"}``), kept in the run's
-        state so that ``launch status`` and ``launch cancel`` find it."""
-        return {}
 
-    def requeued(self) -> bool:
-        """After the launcher was interrupted: the engine will run this job again (a
-        requeued Slurm batch job), so the run is queued, not cancelled."""
-        return False
+class PlacesGpus(ABC):
+    """A backend that gives each task its GPUs (CUDA_VISIBLE_DEVICES, launcher/gpus.py):
+    those that start processes themselves (local, ssh, docker). Slurm and Kubernetes bind
+    devices."""
 
-    def requeue(self) -> bool:
-        """After a preemption notice: have the engine run this job again (a Slurm batch job
-        that asked for ``--requeue``: its warning signal before the time limit); True when
-        it will."""
-        return False
+    _gpus_here: tuple[Gpu, ...] | None      # this machine's, once asked (None: no nvidia-smi)
 
-    def attempt(self) -> int:
-        """How many times this run was started before in the same run directory (a
-        requeued Slurm job): TFCLUSTER_RESTART_COUNT of every task."""
-        return 0
+    def gpu_machines(self, plan: JobPlan) -> list[Machine] | None:
+        """Each machine the plan's tasks run on, with its GPUs; None while they are not
+        known (ssh before its preflight). By default every task runs on this machine, whose
+        nvidia-smi is asked."""
+        from launcher.gpus import discover_here, machines_here, path_of
 
-    def submit(self, plan: JobPlan, run_dir: str, relaunch: list[str]) -> dict[str, Any]:
-        """``--detach`` when ``detached_by_engine``: submit the job (``relaunch`` is the
-        launcher's command line for inside the engine's job); return its handle."""
-        raise NotImplementedError(f"backend {self.name} runs detached jobs as a daemon")
+        if not hasattr(self, "_gpus_here"):      # nvidia-smi once per run: it can be slow
+            self._gpus_here = discover_here(path_of(plan))
+        return machines_here(plan, self._gpus_here)
 
-    def describe_detached(self, plan: JobPlan, run_dir: str, relaunch: list[str]) -> str | None:
-        """What ``--detach --dry-run`` prints besides the task list (the batch script)."""
-        return self.describe(plan)
 
-    # ------------------------------------------------------------------ following a run
-    # ``launch status`` and ``launch cancel`` ask the backend named in a run's state.json
-    # (``launcher.backends.following``); a run no engine holds is the launcher's alone.
-    @classmethod
-    def describe_handle(cls, handle: dict[str, Any]) -> str:
-        """What the engine calls the run ('Slurm job 12'), '' when it holds none."""
-        return ""
-
-    @classmethod
-    def engine_state(cls, handle: dict[str, Any], recorded: str) -> tuple[str, str] | None:
-        """A live run's state (``recorded``: state.json's) as the engine sees it now, with
-        a note that says so; None when the engine holds nothing of the run."""
-        return None
-
-    @classmethod
-    def holds(cls, handle: dict[str, Any]) -> bool:
-        """The engine still has the run although its launcher may be gone (a requeued
-        batch job waiting in the queue): its model_dir lease is kept for it."""
-        return False
-
-    @classmethod
-    def engine_tasks(cls, handle: dict[str, Any]) -> list[dict[str, Any]] | None:
-        """One row per task as the engine shows it, for a run no launcher follows (state.json
-        has no rows); None: the engine cannot tell."""
-        return None
-
-    @classmethod
-    def cancel_run(cls, handle: dict[str, Any], queued: bool) -> None:
-        """``launch cancel``: end what the engine holds of the run (``queued``: it has not
-        started, or no launcher runs inside it), after the launcher was told to stop."""
+def gpu_machines(backend: Backend, plan: JobPlan) -> list[Machine] | None:
+    """The machines and their GPUs where ``backend`` places GPUs; None where it does not."""
+    return backend.gpu_machines(plan) if isinstance(backend, PlacesGpus) else None

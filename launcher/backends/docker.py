@@ -40,7 +40,7 @@ import time
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-from launcher.backends.base import Backend, ExecWatch, ProbeResult, TaskHandle
+from launcher.backends.base import Backend, ExecWatch, PlacesGpus, ProbeResult, TaskHandle
 from launcher.backends.docker_gpus import docker_args, docker_runtime_problem
 from launcher.backends.environment import check_programs_by_probe
 from launcher.backends.options import option
@@ -173,12 +173,11 @@ class DockerHandle(TaskHandle):
         return self.proc.pid
 
 
-class DockerBackend(Backend):
+class DockerBackend(PlacesGpus, Backend):
     """Runs each task as a container on the local Docker engine."""
 
     name = "docker"
     OPTIONS = DockerOptions
-    places_gpus = True
     notice = Notice("URG", IMAGE_SITE)    # the image's tfcluster (docker/Dockerfile)
     start_threads = 4           # `docker run` clients start off the job loop's thread
     options: DockerOptions

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from launcher.backends.base import Backend, ProbeResult, TaskHandle
+from launcher.backends.engine import EngineJob, Follower, Submits
 from launcher.backends.options import option
 from launcher.checks import Address
 from launcher.errors import PreflightError, SpecError
@@ -145,8 +146,11 @@ def quantity(memory: str) -> str:
     return memory[:-1] + "k" if memory.endswith("K") else memory
 
 
-class KubernetesBackend(Backend):
-    """Renders a TFJob (or plain Jobs and Services) and runs it through kubectl."""
+class KubernetesBackend(Backend, EngineJob, Follower):
+    """Renders a TFJob (or plain Jobs and Services) and runs it through kubectl. Built in
+    mode tfjob or jobset, it is a ``KubernetesControllerBackend``: ``--detach`` submits
+    those, which end the job themselves; plain Jobs need the launcher to stop the ps, so a
+    detached plain run keeps its launcher, as a daemon."""
 
     name = "kubernetes"
     OPTIONS = KubernetesOptions
@@ -156,6 +160,11 @@ class KubernetesBackend(Backend):
     # a pod hears only SIGTERM (its deletion), with no launcher beside it: the chief saves
     # on it, the ps serves on while the chief answers (docs/preemption.md)
     notice = Notice("URG,TERM", IMAGE_SITE, signal.SIGTERM)
+
+    def __new__(cls, options: KubernetesOptions | None = None, **kwargs: Any) -> KubernetesBackend:
+        if cls is KubernetesBackend and (options or KubernetesOptions()).mode != "plain":
+            cls = KubernetesControllerBackend
+        return super().__new__(cls)
 
     def __init__(self, options: KubernetesOptions | None = None, *, remap: bool = False,
                  inside_job: bool = False):
@@ -551,19 +560,6 @@ class KubernetesBackend(Backend):
             raise PreflightError(f"kubectl apply failed: {done.stderr.strip()}")
         self.applied = True
 
-    @property
-    def detached_by_engine(self) -> bool:  # type: ignore[override]
-        """TFJob and JobSet end the job themselves; plain Jobs need the launcher to stop
-        the ps, so a detached plain run keeps its launcher, as a daemon."""
-        return self.options.mode != "plain"
-
-    def submit(self, plan: JobPlan, run_dir: str, relaunch: list[str]) -> dict[str, Any]:
-        """``--detach``: apply, then return; the controller owns the job from here."""
-        self.preflight(plan)
-        self.apply()
-        self.applied = False            # this process leaves; the objects stay
-        return {"kubernetes": self.run_handle()["kubernetes"]}
-
     @classmethod
     def describe_handle(cls, handle: dict[str, Any]) -> str:
         k8s = handle.get("kubernetes")
@@ -638,6 +634,21 @@ class KubernetesBackend(Backend):
         if self.options.pod_group and self.options.mode != "tfjob":
             kinds += "," + POD_GROUPS[self.options.pod_group][1]
         return kinds
+
+
+class KubernetesControllerBackend(KubernetesBackend, Submits):
+    """Mode tfjob or jobset: the controller (the training operator, JobSet) runs the job to
+    its end, so ``--detach`` submits it and returns."""
+
+    def submit(self, plan: JobPlan, run_dir: str, relaunch: list[str]) -> dict[str, Any]:
+        """``--detach``: apply, then return; the controller owns the job from here."""
+        self.preflight(plan)
+        self.apply()
+        self.applied = False            # this process leaves; the objects stay
+        return {"kubernetes": self.run_handle()["kubernetes"]}
+
+    def describe_detached(self, plan: JobPlan, run_dir: str, relaunch: list[str]) -> str:
+        return self.describe(plan)
 
 
 class KubernetesHandle(TaskHandle):

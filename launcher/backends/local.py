@@ -15,7 +15,14 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from launcher.backends.base import Backend, ExecWatch, NotStarted, ProbeResult, TaskHandle
+from launcher.backends.base import (
+    Backend,
+    ExecWatch,
+    NotStarted,
+    PlacesGpus,
+    ProbeResult,
+    TaskHandle,
+)
 from launcher.backends.environment import check_local_programs
 from launcher.backends.processes import (
     ProcessHandle,
@@ -63,7 +70,7 @@ def check_hosts_are_local(tasks: Iterable[tuple[str, int, Address]]) -> None:
                                  "map every host to localhost, or backend \"ssh\")")
 
 
-class LocalBackend(Backend):
+class LocalBackend(PlacesGpus, Backend):
     """Runs the cluster on this machine: a faithful multi-process simulation."""
 
     name = "local"
@@ -72,7 +79,6 @@ class LocalBackend(Backend):
     # for its fork and exec, and 16 threads keep 1,000 starts going where 4 let them
     # queue (docs/benchmarks.md, "Start like a shell script")
     start_threads = 16
-    places_gpus = True
     serves_beside_tasks = True
 
     def __init__(self, options: Any = None, *, remap: bool = False, inside_job: bool = False):

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from launcher.backends.base import Backend, ExecWatch, ProbeResult, TaskHandle
+from launcher.backends.engine import Follower, Submits
 from launcher.backends.node_step import NodeStep
 from launcher.backends.options import option
 from launcher.backends.processes import ProcessHandle, dies_with_parent, free_port, task_environ
@@ -185,13 +186,12 @@ def _wait_ended(job_id: str, wait: float) -> str:
     return state
 
 
-class SlurmBackend(Backend):
+class SlurmBackend(Backend, Submits, Follower):
     """One allocation (``salloc --no-shell``); each task an ``srun`` job step on its node."""
 
     name = "slurm"
     OPTIONS = SlurmOptions
     options: SlurmOptions
-    detached_by_engine = True
 
     def __init__(self, options: SlurmOptions | None = None, *, remap: bool = False,
                  inside_job: bool = False):

@@ -38,7 +38,7 @@ import psutil
 
 from launcher import gpus
 from launcher.backends import remote_bootstrap, workdir_sync
-from launcher.backends.base import Backend, ProbeResult, RelayedOutput, TaskHandle
+from launcher.backends.base import Backend, PlacesGpus, ProbeResult, RelayedOutput, TaskHandle
 from launcher.backends.environment import check_item
 from launcher.backends.options import option
 from launcher.backends.processes import dies_with_parent
@@ -458,13 +458,12 @@ class SSHHandle(TaskHandle):
         return self.session.proc.pid
 
 
-class SSHBackend(Backend):
+class SSHBackend(PlacesGpus, Backend):
     """Runs each task on its host over ssh: one remote shell per host for its check, its
     storage probes and its first task; a master connection for hosts with several tasks."""
 
     name = "ssh"
     OPTIONS = SSHOptions
-    places_gpus = True
     serves_beside_tasks = True
 
     def __init__(self, options: SSHOptions | None = None, *, remap: bool = False,

@@ -1,8 +1,9 @@
 """`launch SPEC --detach`: start or submit the job, return once it runs or is queued.
 
-- Engines that run whole jobs (``Backend.detached_by_engine``: Slurm) get the job
-  submitted (``Backend.submit``: an ``sbatch`` script that runs this launcher inside the
-  allocation); nothing of the job depends on this process afterwards.
+- Engines that run whole jobs (a backend that ``Submits``, launcher/backends/engine.py:
+  Slurm, Kubernetes' TFJob and JobSet) get the job submitted (``Submits.submit``; Slurm's:
+  an ``sbatch`` script that runs this launcher inside the allocation); nothing of the job
+  depends on this process afterwards.
 - Every other backend (local, ssh): the launcher goes on as a daemon in a session of its
   own (fork, setsid, fork), stdin from /dev/null, stdout and stderr into the run
   directory's ``launcher.log``, working directory unchanged (relative paths of the spec keep
@@ -18,6 +19,8 @@ import shlex
 import sys
 from typing import TYPE_CHECKING, Any
 
+from launcher.backends import following
+from launcher.backends.engine import Submits
 from launcher.errors import UsageError
 
 if TYPE_CHECKING:
@@ -66,7 +69,7 @@ def detach(spec: Spec, backend: Backend, command: list[str] | None,
 
     if not args.dry_run:
         check_lease(spec, args)
-    if backend.detached_by_engine:
+    if isinstance(backend, Submits):
         plan = make_plan(spec, backend, command, run_id=args.run_id)
         run_dir = os.path.abspath(args.run_dir or default_run_dir(spec, plan.run_id, args.root))
         relaunch = relaunch_argv(args, command, run_dir, plan.run_id)
@@ -74,7 +77,7 @@ def detach(spec: Spec, backend: Backend, command: list[str] | None,
             print(render_dry_run(plan, backend, as_json=args.json, every=args.every,
                                  extra=backend.describe_detached(plan, run_dir, relaunch)))
             return 0
-        return _submit(spec, backend, plan, run_dir, relaunch, args.root)
+        return _submit(spec, backend, backend.name, plan, run_dir, relaunch, args.root)
     if args.dry_run:
         print(render_dry_run(make_plan(spec, backend, command), backend, as_json=args.json,
                              every=args.every))
@@ -85,13 +88,13 @@ def detach(spec: Spec, backend: Backend, command: list[str] | None,
     return _daemon(spec, backend, plan, command, args, run_dir)
 
 
-def _submit(spec: Spec, backend: Backend, plan: JobPlan, run_dir: str,
+def _submit(spec: Spec, backend: Submits, name: str, plan: JobPlan, run_dir: str,
             relaunch: list[str], root: str | None) -> int:
     from launcher.api import write_plan
     from launcher.records.registry import RunState, link_run
 
     os.makedirs(run_dir, exist_ok=True)
-    state = RunState(run_dir, plan.run_id, plan.name, backend.name, max_steps=plan.max_steps,
+    state = RunState(run_dir, plan.run_id, plan.name, name, max_steps=plan.max_steps,
                      detached=True, spec_path=spec.source, state="queued")
     link_run(run_dir, plan.run_id, root)
     write_plan(run_dir, plan)
@@ -101,7 +104,7 @@ def _submit(spec: Spec, backend: Backend, plan: JobPlan, run_dir: str,
         state.update(state="failed", reason=str(e), status=e.exit_status)
         raise
     state.update(handle=handle, launcher={})
-    _announce(plan.run_id, run_dir, f"submitted as {backend.describe_handle(handle)}", root)
+    _announce(plan.run_id, run_dir, f"submitted as {following(name).describe_handle(handle)}", root)
     return 0
 
 

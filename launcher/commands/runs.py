@@ -30,7 +30,7 @@ from launcher.records.registry import (
 )
 
 if TYPE_CHECKING:
-    from launcher.backends.base import Backend
+    from launcher.backends.engine import Follower
 
 CANCEL_WAIT = 120.0      # seconds for the launcher's ordered teardown after SIGTERM
 FOLLOW_EVERY = 0.2
@@ -38,7 +38,7 @@ LIST_HEADER = ("id", "name", "backend", "state", "started", "duration", "step")
 
 
 # ---------------------------------------------------------------------- state, as seen now
-def _engine(state: dict) -> type[Backend]:
+def _engine(state: dict) -> type[Follower]:
     """The backend that follows this run: the one its state names."""
     from launcher.backends import following
 
@@ -48,7 +48,7 @@ def _engine(state: dict) -> type[Backend]:
 def current_state(state: dict) -> tuple[str, str | None]:
     """(state, note): the recorded state, corrected by what can be seen now. A live state
     whose launcher is gone is ``lost``; where an engine holds the run (a Slurm job, a
-    TFJob), its backend asks the engine (``Backend.engine_state``)."""
+    TFJob), its backend asks the engine (``Follower.engine_state``)."""
     recorded: str = state["state"]      # a required field (registry.STATE_FIELDS)
     if recorded not in LIVE:
         return recorded, None

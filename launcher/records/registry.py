@@ -534,16 +534,18 @@ class RunLog(EventLog):
             pass        # a full disk must not end the job; the event log has it all
 
 
-def open_state(run_dir: str, plan: Any, backend: Any, args: Any) -> RunState:
+def open_state(run_dir: str, plan: Any, args: Any, *, backend: str,
+               handle: dict[str, Any], attempt: int = 0, inside_job: bool = False) -> RunState:
     """The state of the run the launcher starts now: new, or the next attempt of the same
-    run (a requeued Slurm job runs its batch script again with the same run id)."""
-    attempt = backend.attempt()
-    kwargs = dict(run_id=plan.run_id, name=plan.name, backend=backend.name,
+    run (a requeued Slurm job runs its batch script again with the same run id).
+    ``backend``: its name; ``handle``: the run's in its engine ({} without one);
+    ``attempt``: times it was started before; ``inside_job``: the launcher runs inside the
+    engine's job, whose submitting launch wrote the state first."""
+    kwargs = dict(run_id=plan.run_id, name=plan.name, backend=backend,
                   max_steps=plan.max_steps, detached=bool(getattr(args, "detach", False)
-                                                          or backend.inside_job),
-                  spec_path=getattr(args, "spec", None), attempt=attempt,
-                  handle=backend.run_handle())
-    resumed = attempt or backend.inside_job     # the submitting launch wrote the state first
+                                                          or inside_job),
+                  spec_path=getattr(args, "spec", None), attempt=attempt, handle=handle)
+    resumed = attempt or inside_job     # the submitting launch wrote the state first
     state = RunState.resume(run_dir, **kwargs) if resumed else RunState(run_dir, **kwargs)
     link_run(run_dir, plan.run_id, getattr(args, "root", None))
     if attempt:

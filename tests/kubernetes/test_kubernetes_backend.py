@@ -395,3 +395,18 @@ def test_restart_policies_are_refused(tmp_path):
     done = run_launch(str(spec), "--dry-run")
     assert done.returncode == 2
     assert "restart.worker" in done.stderr
+
+
+def test_the_type_says_what_a_kubernetes_backend_can_do():
+    """TFJob and JobSet end the job themselves: a backend in those modes Submits (--detach
+    hands the job over); plain Jobs need the launcher to stop the ps, so in mode plain it
+    does not (a detached run keeps its launcher, as a daemon). Every mode is an EngineJob
+    (its objects are the run's handle) and a Follower (status and cancel by that handle)."""
+    from launcher.backends.engine import EngineJob, Follower, Submits
+    from launcher.backends.kubernetes import KubernetesBackend, KubernetesOptions
+
+    for mode, submits in (("tfjob", True), ("jobset", True), ("plain", False)):
+        backend = KubernetesBackend(KubernetesOptions(mode=mode))
+        assert isinstance(backend, Submits) is submits, mode
+        assert isinstance(backend, EngineJob) and isinstance(backend, Follower)
+        assert backend.options.mode == mode

@@ -8,10 +8,11 @@ import pytest
 
 from launcher.backends import following, register, unregister
 from launcher.backends.base import Backend
+from launcher.backends.engine import Follower
 from launcher.commands.runs import current_state
 
 
-class HeldByEngine(Backend):
+class HeldByEngine(Backend, Follower):
     """An engine that holds its runs: its job waits in a queue."""
 
     name = "held"
@@ -55,5 +56,14 @@ def test_a_run_the_engine_does_not_hold_is_the_launcher_s_to_judge(held):
 
 
 def test_a_backend_no_longer_registered_is_followed_by_its_launcher_alone():
-    assert following("gone-plugin") is Backend
+    assert following("gone-plugin") is Follower
     assert current_state(state_of("gone-plugin", {"job": "7"})) == ("running", None)
+
+
+def test_a_backend_no_engine_holds_runs_is_followed_by_its_launcher_alone():
+    """The type says what a backend can do: the local backend is no Follower, so its runs
+    are the launcher's to judge; Slurm's are followed by the Slurm backend."""
+    from launcher.backends.slurm import SlurmBackend
+
+    assert following("local") is Follower
+    assert following("slurm") is SlurmBackend
