@@ -90,6 +90,12 @@ class Follower:
         return None
 
     @classmethod
+    def launcher_inside(cls, handle: dict[str, Any]) -> bool:
+        """The run's launcher runs inside the engine's job (a detached Slurm run's batch
+        script): no launcher of this machine to stop; the engine's cancel ends it."""
+        return False
+
+    @classmethod
     def cancel_run(cls, handle: dict[str, Any], queued: bool) -> None:
         """``launch cancel``: end what the engine holds of the run (``queued``: it has not
         started, or no launcher runs inside it), after the launcher was told to stop."""

@@ -413,6 +413,10 @@ class SlurmBackend(Backend, Submits, Follower):
         return seen is not None and seen[0] != "lost"
 
     @classmethod
+    def launcher_inside(cls, handle: dict[str, Any]) -> bool:
+        return bool(handle.get("batch"))
+
+    @classmethod
     def cancel_run(cls, handle: dict[str, Any], queued: bool) -> None:
         if handle.get("slurm_job"):     # the launcher inside the batch job, or what is left
             cancel_job(handle["slurm_job"], queued=queued)

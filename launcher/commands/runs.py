@@ -296,10 +296,11 @@ def cancel_main(argv: list[str]) -> int:
         return 0
     write_json_atomic(os.path.join(run_dir, CANCEL_FILE), {"time": time.time(),
                                                            "pid": os.getpid()})
-    handle = state.get("handle") or {}
-    if not handle.get("batch"):     # a launcher on this machine: its own ordered teardown
+    handle, engine = state.get("handle") or {}, _engine(state)
+    inside = engine.launcher_inside(handle)
+    if not inside:          # a launcher on this machine: its own ordered teardown
         _stop_launcher(state, run_dir)
-    _engine(state).cancel_run(handle, queued=now == "queued" or not handle.get("batch"))
+    engine.cancel_run(handle, queued=now == "queued" or not inside)
     end_leftovers(state["run_id"])
     state = read_state(run_dir)
     if state.get("state") in LIVE:        # no launcher recorded the end: record it here
