@@ -94,6 +94,17 @@ class StartFailed(UsageError):
     or the engine would not run it): one line, exit status 2, every task stopped."""
 
 
+
+def answers(notified: list[TaskRun], answered: dict[str, str]) -> dict[str, str]:
+    """The notified tasks' first answer lines to the notice (ANSWER), beyond ``answered``."""
+    found = {}
+    for run in notified:
+        if run.name not in answered:
+            line = next((line for line in run.tail if ANSWER in line), None)
+            if line is not None:
+                found[run.name] = line
+    return found
+
 class Job:
     """One run of a plan on a backend: the loop's policy over the task mechanics."""
 
@@ -318,14 +329,18 @@ class Job:
                           f"{notice.bound:g}s, timeouts.preempt), every ps serving")
         for run in notified:
             run.stopped = run.stopped or sends == signal.SIGTERM
+        return self._wait_for_the_save(notice, notified, sends)
+
+    def _wait_for_the_save(self, notice: Notice, notified: list[TaskRun], sends: int) -> str:
+        """The notice sent (again every RESEND s until answered, where it may come before
+        the task armed its handler), the monitors ticked, the answers read, until the wait
+        is over (launcher/ending.py ``over``); returns why it ended."""
         ticked = sent = -float("inf")
         answered: dict[str, str] = {}
         while True:
             if self.clock() - sent >= RESEND and (sent < 0 or sends == NOTICE):
-                sent = self.clock()     # again until answered: one before it armed is lost
-                for run in notified:
-                    if run.handle is not None and run.running and run.name not in answered:
-                        run.handle.signal(sends)
+                sent = self.clock()
+                self._send_notice(notified, answered, sends)
             self.tasks.take_ended()
             if self.clock() - ticked >= self.tick_every:
                 ticked = self.clock()
@@ -333,10 +348,7 @@ class Job:
                 for monitor in self.monitors:
                     monitor.tick(tasks)
             tasks = self.snapshot()
-            for run in notified:
-                line = next((line for line in run.tail if ANSWER in line), None)
-                if line is not None:
-                    answered.setdefault(run.name, line)
+            answered.update(answers(notified, answered))
             outcome = over(notice, self.clock(), tasks, self._training(tasks), answered)
             if outcome:
                 notice.outcome = outcome
@@ -344,6 +356,13 @@ class Job:
                                   "the ps last")
                 return outcome
             self.wait(TURN)
+
+    @staticmethod
+    def _send_notice(notified: list[TaskRun], answered: dict[str, str], sends: int) -> None:
+        """The notice to each notified task that runs and has not answered yet."""
+        for run in notified:
+            if run.handle is not None and run.running and run.name not in answered:
+                run.handle.signal(sends)
 
     @staticmethod
     def _refused_at_start(run: TaskRun) -> None:

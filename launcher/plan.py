@@ -224,6 +224,28 @@ def grace_period(timeouts: dict[str, float]) -> int | None:
     return int(math.ceil(timeouts["preempt"] + timeouts.get("kill", 5.0)))
 
 
+def host_port(host: str, port: int) -> str:
+    """'host:port', an IPv6 host in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def training_env(spec: Spec, max_steps: int | None, shard: int | None,
+                 shards: int) -> dict[str, str]:
+    """What a task is told of the training: max_steps, its shard (a trainer's), the
+    epochs."""
+    env = {}
+    if max_steps is not None:
+        env["TFCLUSTER_MAX_STEPS"] = str(max_steps)
+    if shard is not None:
+        env["TFCLUSTER_SHARD_INDEX"] = str(shard)
+        env["TFCLUSTER_NUM_SHARDS"] = str(shards)
+    if spec.epochs is not None:
+        env["TFCLUSTER_EPOCHS"] = str(spec.epochs)
+        env["TFCLUSTER_EXAMPLES"] = str(spec.examples)
+        env["TFCLUSTER_BATCH_SIZE"] = str(spec.batch_size)
+    return env
+
+
 def build_plan(
     spec: Spec,
     port_for: Callable[[str], int],
@@ -257,10 +279,7 @@ def build_plan(
     roles: list[tuple[str, int, Address]] = in_start_order(spec.cluster, spec.evaluator)
     resolved = {(job, i): resolve(job, i, a) for job, i, a in roles}
 
-    def fmt(host: str, port: int) -> str:
-        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-    cluster = {job: [fmt(*resolved[(job, i)][:2]) for i in range(len(spec.cluster[job]))]
+    cluster = {job: [host_port(*resolved[(job, i)][:2]) for i in range(len(spec.cluster[job]))]
                for job in spec.cluster}
     trainers = spec.trainers
     shard_of = {t: n for n, t in enumerate(trainers)}
@@ -288,15 +307,7 @@ def build_plan(
         # the spec's values may name ours: "JOB_NAME": "$(TFCLUSTER_TASK_TYPE)"
         env.update({k: expand(v, ours) for k, v in spec.env_for(job).items()})
         env.update(ours)
-        if max_steps is not None:
-            env["TFCLUSTER_MAX_STEPS"] = str(max_steps)
-        if (job, i) in shard_of:
-            env["TFCLUSTER_SHARD_INDEX"] = str(shard_of[(job, i)])
-            env["TFCLUSTER_NUM_SHARDS"] = str(len(trainers))
-        if spec.epochs is not None:
-            env["TFCLUSTER_EPOCHS"] = str(spec.epochs)
-            env["TFCLUSTER_EXAMPLES"] = str(spec.examples)
-            env["TFCLUSTER_BATCH_SIZE"] = str(spec.batch_size)
+        env.update(training_env(spec, max_steps, shard_of.get((job, i)), len(trainers)))
         env.update(preemption_env(spec, job, env, notice))
         argv = spec.command_for(job, command)
         expanded = expand_args(argv, env)

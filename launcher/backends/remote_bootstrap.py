@@ -630,33 +630,54 @@ def environment_problems(item, cwd, path):
     where the spec asks for it."""
     argv = item.get("argv") or [item["program"]]
     script = entry_script(argv)
-    problems: list = []
-    source = ""
-    if script is not None:
-        full = os.path.join(cwd, os.path.expanduser(script))
-        if not os.path.isfile(full):
-            where = "" if os.path.isabs(script) else " in " + cwd + " (the task's workdir)"
-            return ["script " + shown(script) + " not found" + where +
-                    (item.get("hint") or "")], None
-        try:
-            with open(full, "rb") as f:
-                source = f.read(1 << 20).decode("utf-8", "replace")
-        except OSError as e:
-            return ["script " + shown(script) + " cannot be read: " + str(e.strerror)], None
+    source, problem = _entry_source(item, cwd, script)
+    if problem is not None:
+        return [problem], None
     imports_tf = bool(IMPORTS_TF.search(source))
-    model_dir = item.get("model_dir") if imports_tf else None
     if not (imports_tf or item.get("tensorboard")):
-        return problems, None
+        return [], None
+    model_dir = item.get("model_dir") if imports_tf else None
     ask = {"model_dir": model_dir, "tfio": bool(IMPORTS_TFIO.search(source)),
            "tensorboard": bool(item.get("tensorboard"))}
-    python = shutil.which(argv[0], path=path) if "/" not in argv[0] else \
-        os.path.join(cwd, argv[0])
-    if not PYTHON_NAME.match(os.path.basename(argv[0])):
-        python = shutil.which("python3", path=path) or "python3"
+    python = _checking_python(argv, cwd, path)
     found = _ask_interpreter(python, ask, item.get("env") or {}, cwd)
     if "error" in found:
         return [shown(argv[0]) + " cannot answer the environment check: " +
                 found["error"]], None
+    problems = _answer_problems(found, python, script, imports_tf, model_dir,
+                                bool(item.get("tensorboard")))
+    return problems, found.get("tf") if imports_tf else None
+
+
+def _entry_source(item, cwd, script):
+    """(the entry script's first MiB, or "" without one; the problem that it is missing
+    or unreadable, or None)."""
+    if script is None:
+        return "", None
+    full = os.path.join(cwd, os.path.expanduser(script))
+    if not os.path.isfile(full):
+        where = "" if os.path.isabs(script) else " in " + cwd + " (the task's workdir)"
+        return "", "script " + shown(script) + " not found" + where + (item.get("hint") or "")
+    try:
+        with open(full, "rb") as f:
+            return f.read(1 << 20).decode("utf-8", "replace"), None
+    except OSError as e:
+        return "", "script " + shown(script) + " cannot be read: " + str(e.strerror)
+
+
+def _checking_python(argv, cwd, path):
+    """The Python that answers the check: the task's own interpreter, or python3 where
+    the task's program is not one."""
+    if not PYTHON_NAME.match(os.path.basename(argv[0])):
+        return shutil.which("python3", path=path) or "python3"
+    return shutil.which(argv[0], path=path) if "/" not in argv[0] else \
+        os.path.join(cwd, argv[0])
+
+
+def _answer_problems(found, python, script, imports_tf, model_dir, tensorboard):
+    """The problems in the interpreter's answer: no TensorFlow for a script that imports
+    it, a model_dir TensorFlow cannot open, no tensorboard where the spec asks for it."""
+    problems = []
     if imports_tf and found.get("tf") is None:
         problems.append(shown(python) + " cannot import tensorflow (the entry script " +
                         shown(script or "") + " imports it): install TensorFlow for that " +
@@ -665,10 +686,10 @@ def environment_problems(item, cwd, path):
         problems.append("model_dir " + shown(model_dir) + ": TensorFlow " +
                         str(found.get("tf")) + " of " + shown(python) + " cannot open it (" +
                         found["model_dir"] + ")" + _filesystem_hint(model_dir))
-    if item.get("tensorboard") and not found.get("tensorboard"):
+    if tensorboard and not found.get("tensorboard"):
         problems.append("no tensorboard for " + shown(python) + " (the spec asks for "
                         "TensorBoard): pip install tensorboard into that environment")
-    return problems, found.get("tf") if imports_tf else None
+    return problems
 
 
 def _filesystem_hint(url):

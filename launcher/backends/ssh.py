@@ -652,14 +652,22 @@ class SSHBackend(PlacesGpus, Backend):
                 return (f"ssh.sync: {answer['sync'].get('problem')}; nothing of the copy is "
                         "used")
         if answer is not None:
-            with self._lock:
-                self._gpu_answers = {**(self._gpu_answers or {}), tasks[0].host:
-                                     answer.get("gpus")}
-                self.found_tensorflow[tasks[0].host] = answer.get("tensorflow") or {}
-                if copy is not None:
-                    self._roots[tasks[0].host] = answer["sync"]["root"]
-                    self.sent.setdefault(tasks[0].host, 0)
+            self._keep_answer(tasks[0].host, answer)
             return "; ".join(answer["problems"]) or None
+        return self._why_no_answer(session, tasks[0], other)
+
+    def _keep_answer(self, host: str, answer: dict[str, Any]) -> None:
+        """What the host's check found: its GPUs, its TensorFlow, its copy of the workdir."""
+        with self._lock:
+            self._gpu_answers = {**(self._gpu_answers or {}), host: answer.get("gpus")}
+            self.found_tensorflow[host] = answer.get("tensorflow") or {}
+            if self._copy is not None:
+                self._roots[host] = answer["sync"]["root"]
+                self.sent.setdefault(host, 0)
+
+    def _why_no_answer(self, session: HostSession, task: TaskPlan, other: list[str]) -> str:
+        """The check gave no answer: out of time, ssh's own failure (exit status 255), no
+        Python to run it, or its last line."""
         if session.timed_out:
             return "no answer to the check in time (timeouts.start)"
         session.close_stdin()
@@ -674,7 +682,7 @@ class SSHBackend(PlacesGpus, Backend):
             return explain_ssh_error("\n".join(other), self.options)
         if status in (126, 127):
             source = "ssh.python" if self.options.python else "the task's Python"
-            return (f"{self._python(tasks[0])} ({source}) cannot run on this host (exit "
+            return (f"{self._python(task)} ({source}) cannot run on this host (exit "
                     f"status {status}): Python 3 is needed there to start the tasks")
         lines = [ln for ln in other if ln.strip()]
         return (f"the check did not run (exit status {status}): "

@@ -168,42 +168,47 @@ def status_main(argv: list[str]) -> int:
         raise RunError("--all goes without --json (the document holds every task)")
     run_dir, state = _open_run(args)
     now, note = current_state(state)
+    if not state.get("tasks"):       # no launcher follows it: the engine may show them
+        state["tasks"] = _engine(state).engine_tasks(state.get("handle") or {}) or []
     if args.json:
         import json
 
         from launcher.commands.status_document import status_document
 
-        if not state.get("tasks"):
-            state["tasks"] = _engine(state).engine_tasks(state.get("handle") or {}) or []
         print(json.dumps(status_document(state, run_dir, now, note), indent=1,
                          default=str))
-        return 0 if now in LIVE + ("succeeded",) else 1
+    else:
+        print("\n".join(status_lines(state, now, note)))
+        print(task_table(state, run_dir, now, every=args.all))
+    return 0 if now in LIVE + ("succeeded",) else 1
+
+
+def status_lines(state: dict, now: str, note: str | None) -> list[str]:
+    """`launch status`'s lines above the task table: the run, where the engine holds it,
+    its state and progress, why it ended, its preemption, lease and TensorBoard."""
     where = _engine(state).describe_handle(state.get("handle") or {})
     where = f"  {where}" if where else ""
     attempt = f"  attempt {state['attempt'] + 1}" if state.get("attempt") else ""
-    print(f"run {state['run_id']}  {state['name']}  backend {state['backend']}{where}  "
-          f"state {now}{attempt}")
-    print(f"started {_clock(state.get('started'))}  duration {_duration(state)}  "
-          f"step {_progress(state)}  restarts {state.get('restarts', 0)}")
+    lines = [f"run {state['run_id']}  {state['name']}  backend {state['backend']}{where}  "
+             f"state {now}{attempt}",
+             f"started {_clock(state.get('started'))}  duration {_duration(state)}  "
+             f"step {_progress(state)}  restarts {state.get('restarts', 0)}"]
     if note:
-        print(note)
+        lines.append(note)
     if state.get("reason"):
-        print(f"reason: {state['reason']}")
+        lines.append(f"reason: {state['reason']}")
     preemption = (state.get("summary") or {}).get("preemption")
     if preemption:      # the step reached, the step saved, the steps lost
-        print(closing_line(preemption))
+        lines.append(closing_line(preemption))
     from launcher.records.lease import status_line
 
     lease = status_line(state, lost=now == "lost")
     if lease:
-        print(lease)
+        lines.append(lease)
     board = state.get("tensorboard")
     if board:
-        print(tensorboard_line(board, now in LIVE, state["run_id"]))
-    if not state.get("tasks"):       # no launcher follows it: the engine may show them
-        state["tasks"] = _engine(state).engine_tasks(state.get("handle") or {}) or []
-    print(task_table(state, run_dir, now, every=args.all))
-    return 0 if now in LIVE + ("succeeded",) else 1
+        lines.append(tensorboard_line(board, now in LIVE, state["run_id"]))
+    return lines
 
 
 def tensorboard_line(board: dict, live: bool, run_id: str) -> str:

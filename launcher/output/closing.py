@@ -174,40 +174,56 @@ def final_read(reader: CheckpointReader, max_steps: int | None, has_evaluator: b
 def closing_notes(c: Closing, epochs: int | None, shard_read: bool,
                   model_dir: str) -> list[str]:
     """The lines for the situations of the module docstring."""
-    notes = []
-    step, max_steps = c.final_step, c.max_steps
-    if max_steps is not None and c.checkpoint is None and c.keras_files:
-        notes.append(f"no TensorFlow checkpoint in model_dir {model_dir} (no `checkpoint` "
-                     f"state file), only Keras files ({', '.join(c.keras_files[:3])}): "
-                     f"Keras 3 saves .weights.h5/.keras, which tfcluster cannot read for "
-                     f"steps; save with tf.train.CheckpointManager, or tf_keras' "
-                     f"ModelCheckpoint('ckpt_{{epoch}}', save_weights_only=True)")
-    elif max_steps is not None and c.checkpoint is None:
-        notes.append(f"no checkpoint was written into model_dir {model_dir} although "
-                     f"max_steps {max_steps} was given: does the script save elsewhere "
-                     f"(its own model_dir instead of TFCLUSTER_MODEL_DIR)?")
-    elif max_steps is not None and step is not None and step < max_steps:
-        notes.append(f"the newest complete checkpoint is at step {step}, short of "
-                     f"max_steps {max_steps}")
-    elif max_steps is not None and step is not None and step >= IGNORED_FACTOR * max_steps \
-            and c.checkpoint is not None:
-        notes.append(f"the newest checkpoint {c.checkpoint.name} is {step / max_steps:.1f}x "
-                     f"max_steps {max_steps}: the script ignores max_steps. Give it to "
-                     f"TrainSpec(max_steps=int(os.environ['TFCLUSTER_MAX_STEPS'])), or run "
-                     f"the script with `python -m orchestrator.at_max_steps` ({RECIPE})")
+    notes = [checkpoint_note(c, model_dir)]
     if epochs is not None and not shard_read:
-        worth = f"{epochs} epoch{'s' if epochs > 1 else ''}' worth" if epochs > 1 \
-            else "one epoch's worth"
-        notes.append(f"epochs {epochs} had no effect on the input: no trainer read its "
-                     f"shard through orchestrator.sharding or orchestrator.epochs, so each "
-                     f"read its own full copy of the data; by max_steps {max_steps} the "
-                     f"cluster read {worth} of examples in all, from those copies: some "
-                     f"examples several times, others never (docs/sharding.md)")
+        notes.append(epochs_note(epochs, c.max_steps))
     if c.has_evaluator and c.checkpoint is not None and c.evaluation != "evaluated":
-        last = (f"its last evaluation was at step {c.evaluated_step}"
-                if c.evaluated_step is not None else "it evaluated nothing")
-        notes.append(f"the final checkpoint {c.checkpoint.name} was not evaluated ({last}): "
-                     f"see the evaluator's log; TensorFlow's evaluator waits "
-                     f"EvalSpec.start_delay_secs, then throttle_secs between evaluations, "
-                     f"and timeouts.evaluator bounds that wait ({RECIPE})")
-    return notes
+        notes.append(evaluation_note(c))
+    return [n for n in notes if n]
+
+
+def checkpoint_note(c: Closing, model_dir: str) -> str | None:
+    """What is wrong with the final checkpoint against max_steps, if anything: none (or
+    Keras files only), short of max_steps, or far past it (a script ignoring it)."""
+    step, max_steps = c.final_step, c.max_steps
+    if max_steps is None:
+        return None
+    if c.checkpoint is None and c.keras_files:
+        return (f"no TensorFlow checkpoint in model_dir {model_dir} (no `checkpoint` "
+                f"state file), only Keras files ({', '.join(c.keras_files[:3])}): "
+                f"Keras 3 saves .weights.h5/.keras, which tfcluster cannot read for "
+                f"steps; save with tf.train.CheckpointManager, or tf_keras' "
+                f"ModelCheckpoint('ckpt_{{epoch}}', save_weights_only=True)")
+    if c.checkpoint is None:
+        return (f"no checkpoint was written into model_dir {model_dir} although "
+                f"max_steps {max_steps} was given: does the script save elsewhere "
+                f"(its own model_dir instead of TFCLUSTER_MODEL_DIR)?")
+    if step is not None and step < max_steps:
+        return f"the newest complete checkpoint is at step {step}, short of max_steps {max_steps}"
+    if step is not None and step >= IGNORED_FACTOR * max_steps:
+        return (f"the newest checkpoint {c.checkpoint.name} is {step / max_steps:.1f}x "
+                f"max_steps {max_steps}: the script ignores max_steps. Give it to "
+                f"TrainSpec(max_steps=int(os.environ['TFCLUSTER_MAX_STEPS'])), or run "
+                f"the script with `python -m orchestrator.at_max_steps` ({RECIPE})")
+    return None
+
+
+def epochs_note(epochs: int, max_steps: int | None) -> str:
+    """``epochs`` given, but no trainer read its shard: each read its own full copy."""
+    worth = f"{epochs} epochs' worth" if epochs > 1 else "one epoch's worth"
+    return (f"epochs {epochs} had no effect on the input: no trainer read its "
+            f"shard through orchestrator.sharding or orchestrator.epochs, so each "
+            f"read its own full copy of the data; by max_steps {max_steps} the "
+            f"cluster read {worth} of examples in all, from those copies: some "
+            f"examples several times, others never (docs/sharding.md)")
+
+
+def evaluation_note(c: Closing) -> str:
+    """The final checkpoint was not evaluated although an evaluator ran."""
+    assert c.checkpoint is not None
+    last = (f"its last evaluation was at step {c.evaluated_step}"
+            if c.evaluated_step is not None else "it evaluated nothing")
+    return (f"the final checkpoint {c.checkpoint.name} was not evaluated ({last}): "
+            f"see the evaluator's log; TensorFlow's evaluator waits "
+            f"EvalSpec.start_delay_secs, then throttle_secs between evaluations, "
+            f"and timeouts.evaluator bounds that wait ({RECIPE})")

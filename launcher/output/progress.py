@@ -215,34 +215,56 @@ def progress_line(p: Progress, waited: float, restarts: int = 0, now: float | No
     ``moving_at``: when a trainer's output last showed a step or a rate; ``nothing``: what
     to say when model_dir holds nothing yet ({waited}: for how long)."""
     state = state or JobState()
-    ckpt, step = p.checkpoint, p.latest_step
+    step = p.latest_step
     happening = state_words(p, state)
     if output is not None and not state.restarting and not state.trainers_ended and \
             (step is None or output.step > step):
-        words = happening if happening is not None else output_words(output)
-        line = ", ".join([step_text(output.step, p.max_steps, output.estimated), *words])
-        line += f", checkpoint {ckpt.name}" if ckpt else ", no checkpoint in model_dir yet"
+        line = _output_step(p, output, happening)
     elif step is None:
-        if ckpt:
-            line = ", ".join([f"checkpoint {ckpt.progress}", *(happening or [])])
-        elif happening:
-            line = happening[0]
-        elif waited >= NOTHING_AFTER and p.events_step is None:
-            line = nothing.format(waited=duration_text(waited))
-        else:
-            line = "waiting for the first checkpoint"
+        line = _no_step(p, waited, happening, nothing)
     else:
-        words = happening if happening is not None else rate_words(p, now, moving_at)
-        source = " in the events file" if ckpt is not None and ckpt.step is not None and \
-            step > ckpt.step else ""
-        line = ", ".join([step_text(step, p.max_steps) + source, *words])
-        line += f", checkpoint {ckpt.name}" if ckpt else ", no complete checkpoint yet"
-    if p.latest_eval:
-        line += f"; {eval_text(p.latest_eval)}"
+        line = _model_dir_step(p, step, happening if happening is not None
+                               else rate_words(p, now, moving_at))
+    return f"progress: {line}{_tail(p, silent, restarts)}"
+
+
+def _output_step(p: Progress, output: OutputProgress, happening: list[str] | None) -> str:
+    """The step a trainer's output shows, ahead of model_dir."""
+    words = happening if happening is not None else output_words(output)
+    line = ", ".join([step_text(output.step, p.max_steps, output.estimated), *words])
+    return line + (f", checkpoint {p.checkpoint.name}" if p.checkpoint
+                   else ", no checkpoint in model_dir yet")
+
+
+def _no_step(p: Progress, waited: float, happening: list[str] | None, nothing: str) -> str:
+    """No step known yet: a checkpoint without one, what happens, or the wait."""
+    if p.checkpoint:
+        return ", ".join([f"checkpoint {p.checkpoint.progress}", *(happening or [])])
+    if happening:
+        return happening[0]
+    if waited >= NOTHING_AFTER and p.events_step is None:
+        return nothing.format(waited=duration_text(waited))
+    return "waiting for the first checkpoint"
+
+
+def _model_dir_step(p: Progress, step: int, words: list[str]) -> str:
+    """The step model_dir shows: its newest complete checkpoint's, or the events file's
+    when that is ahead (and says so)."""
+    ckpt = p.checkpoint
+    source = " in the events file" if ckpt is not None and ckpt.step is not None and \
+        step > ckpt.step else ""
+    line = ", ".join([step_text(step, p.max_steps) + source, *words])
+    return line + (f", checkpoint {ckpt.name}" if ckpt else ", no complete checkpoint yet")
+
+
+def _tail(p: Progress, silent: list[str] | tuple[str, ...], restarts: int) -> str:
+    """After the step: the newest evaluation, the tasks not answering, the restarts so
+    far, a model_dir that cannot be read now."""
+    tail = f"; {eval_text(p.latest_eval)}" if p.latest_eval else ""
     if silent:
-        line += f"; {', '.join(silent)} not answering"
+        tail += f"; {', '.join(silent)} not answering"
     if restarts:
-        line += f"; {restarts} restart{'s' if restarts > 1 else ''}"
+        tail += f"; {restarts} restart{'s' if restarts > 1 else ''}"
     if p.last_error:
-        line += f" [model_dir not readable: {p.last_error}]"
-    return f"progress: {line}"
+        tail += f" [model_dir not readable: {p.last_error}]"
+    return tail
