@@ -74,6 +74,21 @@ def clear(bed, n: int, sync_dir: str) -> None:
                         shlex.join(["rm", "-rf", sync_dir])], check=True, capture_output=True)
 
 
+def bare_ssh(bed, n: int, command: list[str]) -> float:
+    """Seconds for ``command`` over a new ssh connection to each of ``n`` hosts at once: what
+    the check costs at least (a connection, sshd's session, the remote program)."""
+    section = bed.ssh_section()
+    t0 = time.perf_counter()
+    procs = [subprocess.Popen(["ssh", "-F", "/dev/null", "-i", section["identity_file"],
+                               "-o", f"UserKnownHostsFile={section['known_hosts_file']}",
+                               "-o", "BatchMode=yes", "-l", "root", host.address,
+                               shlex.join(command)], stdout=subprocess.DEVNULL)
+             for host in bed.hosts[:n]]
+    if any(p.wait() != 0 for p in procs):
+        raise RuntimeError(f"ssh {command} failed on a host")
+    return time.perf_counter() - t0
+
+
 def median(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} ({min(values):.2f})"
 
@@ -114,6 +129,10 @@ def main() -> int:
                 preflight(bed, most, workdir, "plain.py", None))
             rows.setdefault(f"{most} hosts, environment check, script imports TF", []).append(
                 preflight(bed, most, workdir, "train.py", None))
+            rows.setdefault(f"{most} hosts, bare `ssh HOST true` at once (the floor)", []
+                            ).append(bare_ssh(bed, most, ["true"]))
+            rows.setdefault(f"{most} hosts, bare `ssh HOST {Path(PYTHON).name} -c pass` at "
+                            "once", []).append(bare_ssh(bed, most, [PYTHON, "-c", "pass"]))
     finally:
         bed.stop()
         subprocess.run(["rm", "-rf", str(base)], check=False)
