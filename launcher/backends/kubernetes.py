@@ -466,10 +466,12 @@ class KubernetesBackend(Backend, EngineJob, Follower):
         return obj
 
     def _pod_group(self, plan: JobPlan) -> dict:
-        """One PodGroup of every task: the gang scheduler starts all of them or none."""
+        """One PodGroup of every task: the gang scheduler starts all of them or none.
+        Volcano's PodGroup also takes the priority class; coscheduling's has no such field
+        (its pods carry theirs)."""
         api, _, _, _ = POD_GROUPS[str(self.options.pod_group)]
         spec: dict[str, Any] = {"minMember": len(plan.tasks)}
-        if self.options.priority_class:
+        if self.options.priority_class and self.options.pod_group == "volcano":
             spec["priorityClassName"] = self.options.priority_class
         return {"apiVersion": api, "kind": "PodGroup",
                 "metadata": self._meta(self.job, run_id=plan.run_id), "spec": spec}

@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import re
 
+import jsonschema
 import pytest
 import yaml
 from support import run_launch
 from test_jobset import jobset_validator
-from test_kubernetes_backend import calls, rendered, validator, write_spec
+from test_kubernetes_backend import SCHEMAS, calls, rendered, strict, validator, write_spec
 
 QUEUE = {"queue": "team-a", "priority_class": "high-priority"}
 # a label value: at most 63 characters, alphanumerics with '-', '_', '.' inside
@@ -34,8 +35,22 @@ def pod_templates(obj: dict) -> list[dict]:
     return [obj["spec"]["template"]]
 
 
+# the PodGroup CRDs of the gang schedulers (schemas/README.md), by apiVersion
+POD_GROUP_CRDS = {
+    "scheduling.volcano.sh/v1beta1": "podgroup-volcano-v1beta1-crd-v1.15.1.json",
+    "scheduling.x-k8s.io/v1alpha1": "podgroup-coscheduling-v1alpha1-crd-v0.34.7.json",
+}
+
+
+def pod_group_validator(api: str) -> jsonschema.Validator:
+    return jsonschema.Draft202012Validator(
+        strict(json.loads((SCHEMAS / POD_GROUP_CRDS[api]).read_text())))
+
+
 def check_schema(obj: dict) -> None:
-    check = jobset_validator() if obj["kind"] == "JobSet" else validator(obj["kind"])
+    check = jobset_validator() if obj["kind"] == "JobSet" else \
+        pod_group_validator(obj["apiVersion"]) if obj["kind"] == "PodGroup" else \
+        validator(obj["kind"])
     errors = [e.message for e in check.iter_errors(obj)]
     assert not errors, f"{obj['kind']}: {errors[:3]}"
 
@@ -84,9 +99,13 @@ def test_a_pod_group_holds_every_task_and_every_pod_names_it(tmp_path, group, ap
     assert [o["kind"] for o in objects] == ["PodGroup", "JobSet"]
     pod_group, jobset = objects
     check_schema(jobset)
+    check_schema(pod_group)             # the scheduler's own PodGroup CRD, strict
     assert pod_group["apiVersion"] == api
     assert pod_group["metadata"]["name"] == jobset["metadata"]["name"]
-    assert pod_group["spec"] == {"minMember": 6, "priorityClassName": "high-priority"}  # 1+2+2+1
+    assert pod_group["spec"]["minMember"] == 6      # every task: 1+2+2+1
+    # Volcano's PodGroup takes the priority class; coscheduling's has no such field
+    assert pod_group["spec"].get("priorityClassName") == \
+        ("high-priority" if group == "volcano" else None)
     for template in pod_templates(jobset):
         assert template["spec"]["schedulerName"] == scheduler
         assert template["metadata"][where[0]][where[1]] == pod_group["metadata"]["name"]

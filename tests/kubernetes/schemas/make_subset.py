@@ -2,12 +2,17 @@
 
     python make_subset.py K8S_DEFINITIONS_JSON TFJOB_CRD_YAML [COMPOSE_SPEC_JSON]
     python make_subset.py jobset JOBSET_CRD_YAML
+    python make_subset.py podgroups VOLCANO_PODGROUP_CRD_YAML COSCHEDULING_PODGROUP_CRD_YAML
 
 K8S_DEFINITIONS_JSON: v1.30.0-local-strict/_definitions.json of kubernetes-validate 1.37.0
 TFJOB_CRD_YAML: manifests/base/crds/kubeflow.org_tfjobs.yaml of kubeflow/training-operator v1.9.0
 COMPOSE_SPEC_JSON: schema/compose-spec.json of compose-spec/compose-spec (commit in README.md)
 JOBSET_CRD_YAML: config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml of
 kubernetes-sigs/jobset v0.12.0
+VOLCANO_PODGROUP_CRD_YAML: config/crd/volcano/bases/scheduling.volcano.sh_podgroups.yaml of
+volcano-sh/volcano v1.15.1
+COSCHEDULING_PODGROUP_CRD_YAML: manifests/coscheduling/crd.yaml of
+kubernetes-sigs/scheduler-plugins v0.34.7
 """
 
 import json
@@ -77,7 +82,8 @@ def main(definitions: str, crd: str, compose: str | None = None) -> None:
 
 def crd_schema(crd: str, version: str, out: str) -> None:
     """The openAPIV3Schema of one version of a CRD, descriptions dropped."""
-    crd_doc = yaml.safe_load(Path(crd).read_text())
+    crd_doc = next(d for d in yaml.safe_load_all(Path(crd).read_text())
+                   if d and d.get("kind") == "CustomResourceDefinition")
     found = next(v for v in crd_doc["spec"]["versions"] if v["name"] == version)
     schema = strip(found["schema"]["openAPIV3Schema"])
     (HERE / out).write_text(json.dumps(schema, separators=(",", ":")) + "\n")
@@ -86,5 +92,8 @@ def crd_schema(crd: str, version: str, out: str) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "jobset":
         crd_schema(sys.argv[2], "v1alpha2", "jobset-v1alpha2-crd-v0.12.0.json")
+    elif sys.argv[1] == "podgroups":
+        crd_schema(sys.argv[2], "v1beta1", "podgroup-volcano-v1beta1-crd-v1.15.1.json")
+        crd_schema(sys.argv[3], "v1alpha1", "podgroup-coscheduling-v1alpha1-crd-v0.34.7.json")
     else:
         main(*sys.argv[1:4])
