@@ -222,13 +222,16 @@ def _free_subnet() -> ipaddress.IPv4Network:
 
 def start_hosts(workdir: str | os.PathLike, count: int = 3,
                 private: dict[int, str] | None = None, timeout: float = 30.0,
-                plain_shell: bool = False) -> NetnsHosts:
+                plain_shell: bool = False, sshd_extra: dict[int, str] | None = None
+                ) -> NetnsHosts:
     """``count`` hosts h1..hN; ``private`` maps a host number to a directory that gets its own
     empty tmpfs in that host (a host that does not see the shared files there); several
     directories joined by ``os.pathsep``, each ``DIR=SIZE`` for a tmpfs of that size
     (``/x/area=2m``: a host whose disk there fills at 2 MB).
     ``plain_shell``: root's ~/.bashrc is empty in the hosts, as on a fresh server (this
-    machine's runs pyenv init, ~0.15 s of CPU for every remote command)."""
+    machine's runs pyenv init, ~0.15 s of CPU for every remote command).
+    ``sshd_extra``: lines added to a host's sshd_config (``SetEnv PATH=/nowhere``: a host
+    whose commands find no program on the PATH, tar included)."""
     if count > 200:
         raise ValueError("at most 200 hosts in one /24")
     sweep_stale()
@@ -247,7 +250,8 @@ def start_hosts(workdir: str | os.PathLike, count: int = 3,
         _run("ip", "link", "set", bed.bridge, "up")
         Path("/run/sshd").mkdir(exist_ok=True)   # sshd's privilege separation directory
         for i in range(1, count + 1):
-            bed.hosts.append(_add_host(bed, i, (private or {}).get(i), plain_shell))
+            bed.hosts.append(_add_host(bed, i, (private or {}).get(i), plain_shell,
+                                       (sshd_extra or {}).get(i, "")))
         known = [f"{h.address} {h.hostkey_pub}" for h in bed.hosts]
         bed.known_hosts.write_text("\n".join(known) + "\n")
         deadline = time.monotonic() + timeout
@@ -259,7 +263,8 @@ def start_hosts(workdir: str | os.PathLike, count: int = 3,
     return bed
 
 
-def _add_host(bed: NetnsHosts, i: int, private_dir: str | None, plain_shell: bool) -> Host:
+def _add_host(bed: NetnsHosts, i: int, private_dir: str | None, plain_shell: bool,
+              extra: str = "") -> Host:
     name = f"h{i}"
     netns = f"{PREFIX}-{os.getpid()}-{bed.token}-{name}"
     veth = f"tfv{bed.token}{name}"
@@ -275,7 +280,7 @@ def _add_host(bed: NetnsHosts, i: int, private_dir: str | None, plain_shell: boo
     config = bed.workdir / f"sshd_{name}.config"
     config.write_text(SSHD_CONFIG.format(
         address=address, hostkey=hostkey, pidfile=bed.workdir / f"sshd_{name}.pid",
-        authorized_keys=bed.workdir / "authorized_keys"))
+        authorized_keys=bed.workdir / "authorized_keys") + (extra and extra + "\n"))
     host = Host(name, address, netns, veth,
                 " ".join(Path(f"{hostkey}.pub").read_text().split()[:2]), private_dir)
     # A UTS namespace for the host name; with a private dir, a mount namespace with an

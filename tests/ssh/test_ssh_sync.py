@@ -21,6 +21,7 @@ from support import PY_TF215, PY_TF221, REPO, local_ssh_processes, run_launch, w
 from launcher.backends.workdir_sync import human
 
 SMALL_AREA = "2m"      # h3's copy area fills up at this size
+NO_PATH = "/nowhere"   # h4's PATH: no program found there, tar included
 
 STANDIN = r'''"""Stand-in task: records where it ran and what its copy holds, then exits 0."""
 import json, os, socket, stat, sys
@@ -43,8 +44,8 @@ with open(os.path.join(out, task + ".json"), "w") as f:
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory):
-    """Three hosts; none sees ``hidden`` (where the workdirs lie), each has its own copy
-    area (h3's of SMALL_AREA)."""
+    """Four hosts; none sees ``hidden`` (where the workdirs lie), each has its own copy
+    area (h3's of SMALL_AREA); h4's sessions find nothing on their PATH (no tar)."""
     why = missing_prerequisites()
     if why:
         if os.environ.get("CI"):
@@ -54,9 +55,10 @@ def bed(tmp_path_factory):
     hidden, area = base / "hidden", base / "area"
     hidden.mkdir()
     area.mkdir()
-    private = {i: f"{hidden}{os.pathsep}{area}" for i in (1, 2)}
+    private = {i: f"{hidden}{os.pathsep}{area}" for i in (1, 2, 4)}
     private[3] = f"{hidden}{os.pathsep}{area}={SMALL_AREA}"
-    hosts = start_hosts(base / "bed", count=3, private=private)
+    hosts = start_hosts(base / "bed", count=4, private=private,
+                        sshd_extra={4: f"SetEnv PATH={NO_PATH}"})
     hosts.hidden, hosts.area = hidden, area    # type: ignore[attr-defined]
     yield hosts
     hosts.stop()
@@ -198,6 +200,26 @@ def test_a_host_whose_copy_area_fills_is_refused_and_keeps_nothing(bed, megabyte
     left = on_host(bed, 3, "ls", "-A", f"{bed.area}/incoming", f"{bed.area}/tmp",
                    f"{bed.area}/trees")
     assert [ln for ln in left.splitlines() if ln and not ln.endswith(":")] == [], left
+
+
+def test_a_host_without_tar_is_one_line_and_keeps_nothing(bed):
+    """The copy goes through `tar -x` on the host: a host that has no tar (h4: nothing on
+    its PATH) is named in one line, exit 2, nothing started, nothing of the copy left."""
+    root = workdir(bed, "notar")
+    out = bed.hidden.parent / "out-notar"
+    out.mkdir()
+    path = spec(bed, root, {"chief": [1], "worker": [4]},
+                [PY_TF215, "standin.py", str(bed.area), str(out)])
+    done = run_launch(str(path), timeout=120, cwd=root)
+    assert done.returncode == 2, done.stderr
+    (line,) = [ln for ln in done.stderr.splitlines() if bed.hosts[3].address in ln]
+    assert f"ssh.sync: no tar on this host (needed to copy the workdir into {bed.area}); " \
+        "nothing was copied" in line, done.stderr
+    assert bed.hosts[0].address not in done.stderr and "nothing was started" in done.stderr
+    assert list(out.iterdir()) == []
+    parts = [f"{bed.area}/{d}" for d in ("incoming", "tmp", "trees")]   # as the fill test
+    left = on_host(bed, 4, "/usr/bin/find", *parts, "-mindepth", "1")
+    assert [ln for ln in left.splitlines() if ln.startswith(str(bed.area))] == [], left
 
 
 def test_an_interpreter_without_tensorflow_is_named_with_its_host(bed):
