@@ -35,7 +35,9 @@ def docker_spec(model_dir: str, volumes: list[str] | None = None, **overrides) -
         "max_steps": 300,
         "backend": "docker",
         "docker": {"image": IMAGE, "volumes": list(volumes or [])},
-        "timeouts": {"kill": 5},
+        # a container's TensorFlow server on a loaded 2-core machine (the suite beside two
+        # CPU-bound processes) took more than the default 60 s to answer its first probe
+        "timeouts": {"kill": 5, "start": 240},
     }
     spec.update(overrides)
     return spec

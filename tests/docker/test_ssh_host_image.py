@@ -70,7 +70,7 @@ def test_the_ssh_backend_runs_a_job_across_two_ssh_host_containers(engine, ssh_h
         "name": "sshc", "cluster": {"chief": [h1], "ps": [h2]},
         "command": ["python", "examples/estimator/train.py", "--save-steps", "100"],
         "workdir": "/opt/tfcluster", "model_dir": str(model_dir), "max_steps": 100,
-        "backend": "ssh", "ssh": section, "timeouts": {"kill": 5}}))
+        "backend": "ssh", "ssh": section, "timeouts": {"kill": 5, "start": 240}}))
     run_dir = tmp_path / "run"
     done = run_launch(str(spec), "--run-dir", str(run_dir), "--quiet", timeout=300)
     assert done.returncode == 0, done.stderr
