@@ -113,10 +113,12 @@ def tutorial(tmp_path_factory):
 def test_an_estimator_with_mwms_shows_its_step_moving(tutorial):
     done, _ = tutorial
     # how many lines come while it trains depends on the machine's speed: each one shows
-    # the output's step (model_dir has none), never lower than the one before
+    # the output's step (model_dir has none), never lower than the one before. Whether a
+    # "no new step for Ns" comes after its last step line (every 100 steps, 150 in all)
+    # depends on the load too: that the line never says so while a trainer's output shows
+    # steps moving is the unit tests' (tests/launcher/output/test_trainer_steps.py)
     steps = steps_while_training(done.stderr)
     assert steps and steps == sorted(steps), done.stderr
-    assert "no new step" not in done.stderr
     assert "from chief:0's output" in done.stderr or "from worker:0's output" in done.stderr
 
 
