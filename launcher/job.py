@@ -94,7 +94,6 @@ class StartFailed(UsageError):
     or the engine would not run it): one line, exit status 2, every task stopped."""
 
 
-
 def answers(notified: list[TaskRun], answered: dict[str, str]) -> dict[str, str]:
     """The notified tasks' first answer lines to the notice (ANSWER), beyond ``answered``."""
     found = {}
@@ -104,6 +103,7 @@ def answers(notified: list[TaskRun], answered: dict[str, str]) -> dict[str, str]
             if line is not None:
                 found[run.name] = line
     return found
+
 
 class Job:
     """One run of a plan on a backend: the loop's policy over the task mechanics."""

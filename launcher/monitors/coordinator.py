@@ -55,13 +55,6 @@ NESTED_DEPTH = 3          # levels below model_dir where a nested checkpoint is 
 
 
 
-def has_ended(task: TaskState) -> bool:
-    """Started, ended and not about to be restarted: a task still being started (tasks
-    start in a pool while the monitors tick) has not ended."""
-    return (task.started_at is not None or task.status is not None) and not task.running \
-        and not task.restarting
-
-
 class CoordinatorMonitor:
     """Drives the job loop from model_dir (see the module docstring)."""
 
@@ -143,7 +136,9 @@ class CoordinatorMonitor:
         """What the tasks are doing, for the progress line."""
         trainers = [t for t in tasks if t.type in TRAINERS]
         running = tuple(t.name for t in trainers if t.running)
-        ended = bool(trainers) and all(map(has_ended, trainers))
+        # ended: exited and not about to be restarted (TaskState.alive False); a trainer
+        # still being started (tasks start in a pool while the monitors tick) is alive
+        ended = bool(trainers) and not any(t.alive for t in trainers)
         if not ended:
             self._trainers_ended_at = None
         elif self._trainers_ended_at is None:

@@ -103,5 +103,6 @@ def test_trainers_still_being_started_have_not_ended(tmp_path):
     mon.close()
     assert "training ended" not in err.getvalue()
     ended = [TaskState("ps:0", "ps", running=True),
-             TaskState("chief:0", "chief", status=0, started_at=0.0, exit_status="0")]
+             TaskState("chief:0", "chief", alive=False, status=0, started_at=0.0,
+                       exit_status="0")]
     assert mon.job_state(ended, 1.0).trainers_ended
