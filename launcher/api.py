@@ -580,7 +580,7 @@ def _then(first: Callable[[], None], then: Callable[[dict[str, Any]], None] | No
 
 class JobWatch:
     """What watches a job (launcher.monitors.Watch), built when the job loop calls, once
-    its tasks started (reading model_dir is not on the way to the first start): the
+    its tasks started (reading model_dir is not on the way to their start): the
     coordinator over model_dir, the whole-job deadline (``timeouts.job``) and, where the
     backend reaches the tasks, the liveness probe of their TF servers (also the job's
     readiness). ``progress()``: what the coordinator saw last."""

@@ -29,12 +29,13 @@ did not shorten the time to the first step (docs/benchmarks.md, "Readiness gate"
 monitor reports ``lost`` gets SIGKILL at once (a frozen process does not act on SIGTERM)
 before its restart policy is applied.
 
-The monitors are the caller's (launcher/api.py builds them: ``watch``, called once the
-tasks started). Monitors see a snapshot of the tasks (``Job.snapshot()``, orchestrator.
-decisions.TaskState: the one snapshot type, which the end rules and every table read too),
-never the Job, and answer in the one decision vocabulary (orchestrator.decisions.Decision).
-Time comes from an injected clock and the loop waits through an injected ``wait``, so the
-rules are tested against a scripted in-memory backend in milliseconds (tests/support.py).
+The monitors are the caller's (launcher/api.py builds them: ``watch``, called once every
+task started, or ``WATCH_WITHIN`` seconds into slow starts). Monitors see a snapshot of the
+tasks (``Job.snapshot()``, orchestrator.decisions.TaskState: the one snapshot type, which
+the end rules and every table read too), never the Job, and answer in the one decision
+vocabulary (orchestrator.decisions.Decision). Time comes from an injected clock and the
+loop waits through an injected ``wait``, so the rules are tested against a scripted
+in-memory backend in milliseconds (tests/support.py).
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ from orchestrator.roles import TRAINERS, names_text, role_counts
 if TYPE_CHECKING:
     from launcher.monitors import Monitor, Readiness, Watch
 
+WATCH_WITHIN = 2.0     # s: the monitors wait for the tasks' starts at most this long
 PORT_IN_USE = ("Address already in use", "Failed to add port", "bind: address")
 # TensorFlow's words when the script's own model_dir is not the one in TF_CONFIG.
 MODEL_DIR_MISMATCH = ("must have the same value as the model_dir in TF_CONFIG",
@@ -131,8 +133,8 @@ class Job:
                            unwritten=self.unwritten)
         self.wait = self.tasks.wait
         self.monitors: list[Monitor] = list(monitors or [])
-        # ``watch`` (the caller's monitors, launcher/api.py) is called once the tasks
-        # started: reading model_dir is not on the way to the first task's start.
+        # ``watch`` (the caller's monitors, launcher/api.py) is called once every task
+        # started, at most WATCH_WITHIN s in: model_dir is not read while they start.
         self.watch = watch
         self.interrupted: int | None = None
         self.started = clock()
@@ -215,14 +217,12 @@ class Job:
         self.tasks.start_all(self.tasks.runs, stop=lambda: bool(self.interrupted),
                              after=self._refused_at_start)
         announced = False
-        if self.watch is not None:
-            watch = self.watch()
-            self.monitors += watch.monitors
-            self.readiness = self.readiness or watch.readiness
-            self.training = self.training or watch.training
         self._ticked = -float("inf")
         while True:
             self.tasks.check_starts()
+            if self.watch is not None and (not self.tasks.starting or
+                                           self.clock() - self.started >= WATCH_WITHIN):
+                self._watch()
             if not announced and not self.tasks.starting:
                 announced = True
                 self._announce()
@@ -236,6 +236,16 @@ class Job:
             # as the monitors tick, leaving the starts the CPU; an exit that closes a
             # task's output wakes it at once either way
             self.wait(self.tick_every)
+
+    def _watch(self) -> None:
+        """The caller's monitors, built once every task started (or ``WATCH_WITHIN``
+        seconds into slow starts): their modules load and model_dir is read while the
+        tasks boot, not while they are being started."""
+        assert self.watch is not None
+        watch, self.watch = self.watch(), None
+        self.monitors += watch.monitors
+        self.readiness = self.readiness or watch.readiness
+        self.training = self.training or watch.training
 
     def _judge_exits(self) -> JobResult | None:
         """The tasks that ended since the last turn, each through its restart policy; the

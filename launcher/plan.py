@@ -193,6 +193,7 @@ class Notice:
     sends: int = signal.SIGURG      # what the launcher sends the savers
 
 
+RUN_ID = "TFCLUSTER_RUN_ID"      # in every task's environment: the run's processes carry it
 IMAGE_SITE = "/opt/tfcluster/orchestrator/preempt_site"    # in tfcluster's image
 SITE_HERE = os.path.join(os.path.dirname(os.path.abspath(preemption.__file__)), "preempt_site")
 
@@ -297,7 +298,7 @@ def build_plan(
         env.update(base_env or {})
         ours = {
             "TF_CONFIG": tf_config(cluster_json, job, i, tf_model_dir),
-            "TFCLUSTER_RUN_ID": run_id,
+            RUN_ID: run_id,
             "TFCLUSTER_MODEL_DIR": spec.model_dir,
             "TFCLUSTER_TASK": f"{job}:{i}",
             "TFCLUSTER_TASK_TYPE": job,

@@ -1,14 +1,13 @@
 """Local backend: every task is a process on this machine, in a process group of its own.
 
-If the launcher dies, even by SIGKILL, its tasks end within seconds
-(launcher/backends/processes.py).
-A task that ends takes the rest of its process group along.
+If the launcher dies, even by SIGKILL, its tasks end within seconds: the run's watchdog
+(launcher/backends/watchdog.py) ends every registered group and every process that carries
+the run's TFCLUSTER_RUN_ID. A task that ends takes the rest of its process group along.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 import socket
 import subprocess
 import threading
@@ -17,7 +16,6 @@ from typing import Any
 
 from launcher.backends.base import (
     Backend,
-    ExecWatch,
     NotStarted,
     PlacesGpus,
     ProbeResult,
@@ -26,20 +24,17 @@ from launcher.backends.base import (
 from launcher.backends.environment import check_local_programs
 from launcher.backends.processes import (
     ProcessHandle,
-    dies_with_parent,
     free_port,
     port_taken,
     task_environ,
 )
-from launcher.backends.remote_bootstrap import refusal_in_words, refused_status, start_failure_line
+from launcher.backends.remote_bootstrap import refused_status, start_failure_line
 from launcher.backends.watchdog import Watchdog
 from launcher.checks import Address
 from launcher.errors import PreflightError
-from launcher.plan import JobPlan, Reservation, TaskPlan
+from launcher.plan import RUN_ID, JobPlan, Reservation, TaskPlan
 
 LOCALHOST = "localhost"
-# what setpriv (launcher/backends/processes.py: dies_with_parent) says when the task's exec fails
-SETPRIV_FAILED = re.compile(r"^setpriv: failed to execute (?P<program>.+?): (?P<reason>[^:]+)$")
 
 
 def local_names() -> set[str]:
@@ -86,6 +81,7 @@ class LocalBackend(PlacesGpus, Backend):
         self._hosts: tuple[tuple[str, int, Address], ...] = ()   # checked by preflight
         self._ports: set[int] = set()
         self._watchdog: Watchdog | None = None
+        self._marker: str | None = None     # the run's TFCLUSTER_RUN_ID=..., for the watchdog
         self._lock = threading.Lock()       # start() runs in several threads
 
     def accept(self, reservation: Reservation) -> None:
@@ -104,13 +100,14 @@ class LocalBackend(PlacesGpus, Backend):
                 raise PreflightError(f"{task.name}: port {task.port} is already in use on "
                                      "this machine (pick another port in the spec, or leave "
                                      "the port out to get a free one)")
+        self._marker = f"{RUN_ID}={plan.run_id}"
         self._watch()       # its Python starts while the launcher takes the lease, writes state
 
     def _watch(self) -> Watchdog:
         """The watchdog of this run's tasks, started once."""
         with self._lock:
             if self._watchdog is None:
-                self._watchdog = Watchdog()
+                self._watchdog = Watchdog(marker=self._marker)
             return self._watchdog
 
     def place(self, role: str, index: int, address: Address) -> Address:
@@ -132,25 +129,20 @@ class LocalBackend(PlacesGpus, Backend):
         return ProbeResult(done.returncode, done.stdout.decode(errors="replace"))
 
     def start(self, task: TaskPlan) -> TaskHandle:
+        """The task's command, exec'd straight from the launcher (vfork: no parent-death
+        wrapper, whose exec cost ~2 ms of CPU a task; the watchdog covers what it did)."""
         watchdog = self._watch()
         env = task_environ(task)
         try:
             proc = subprocess.Popen(
-                dies_with_parent(task.command, env), env=env, cwd=task.cwd,
+                task.command, env=env, cwd=task.cwd,
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
         except OSError as e:        # the kernel refused the command (the pipe is closed)
             line = start_failure_line(task.name, task.command, e, task.cwd, env.get("PATH"))
             return NotStarted(task, line, refused_status(e))
-        handle = ProcessHandle(task, proc, watchdog)
-        if handle.output is not None:       # setpriv's words when the task's exec failed
-
-            def refusal(program: str, reason: str) -> str:
-                return refusal_in_words(task.name, task.command, reason, task.cwd,
-                                        env.get("PATH"))
-            handle.output = ExecWatch(handle.output, handle, SETPRIV_FAILED, refusal)
-        return handle
+        return ProcessHandle(task, proc, watchdog)
 
     def close(self) -> None:
         if self._watchdog is not None:

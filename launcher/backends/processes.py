@@ -3,14 +3,17 @@ srun steps, ssh's ssh clients): the task's environment, free ports, a process ha
 signals the whole process group, and the parent-death signal. ``port_taken`` is the remote
 bootstrap's own (stdlib only, sent to remote hosts): one check of a port, here and there.
 
-If the launcher dies, even by SIGKILL, its tasks end within seconds: each gets SIGTERM
-through PR_SET_PDEATHSIG, and a watchdog process (launcher/backends/watchdog.py) ends the task's
-whole process group, children included.
+If the launcher dies, even by SIGKILL, what it started ends within seconds: a watchdog
+process (launcher/backends/watchdog.py) ends every registered process group and, for local
+tasks, every process carrying the run's TFCLUSTER_RUN_ID.
 
-PR_SET_PDEATHSIG is set by util-linux's ``setpriv`` in front of the task's program
+The few client processes of the other backends (ssh, srun, docker) also get SIGTERM
+through PR_SET_PDEATHSIG, set by util-linux's ``setpriv`` in front of the program
 (``dies_with_parent``), not by a ``preexec_fn``: a ``preexec_fn`` runs Python in the child,
 so ``subprocess`` must fork the whole launcher (hundreds of pump threads, tens of MB) rather
-than vfork; that cost ~30 ms a start against ~2 ms (docs/benchmarks.md, "Scale").
+than vfork; that cost ~30 ms a start against ~2 ms (docs/benchmarks.md, "Scale"). Local
+tasks do without it: its exec, a second dynamic loader per task, was ~2 ms of CPU a task
+at 1,000 tasks (docs/benchmarks.md, "Start like a shell script").
 """
 
 from __future__ import annotations

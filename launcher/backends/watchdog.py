@@ -1,18 +1,24 @@
 """A watchdog process that ends a job's tasks when the launcher dies, even by SIGKILL.
 
-PR_SET_PDEATHSIG (set on every local task) only reaches the task's own process, not the
-children it started (a shell wrapper's python, a data loader). The watchdog is a tiny
-process that holds the read end of a pipe whose only write end the launcher holds; the
-launcher tells it each task's process group (``+PGID`` / ``-PGID`` lines). When the pipe
-closes (the launcher exited or was killed: the kernel closes its end either way), the
-watchdog sends SIGTERM to every group still registered, SIGKILL to what is left after a
-grace period, and exits.
+The watchdog is a tiny process that holds the read end of a pipe whose only write end the
+launcher holds; the launcher tells it each task's process group (``+PGID`` / ``-PGID``
+lines). When the pipe closes (the launcher exited or was killed: the kernel closes its end
+either way), the watchdog sends SIGTERM to every group still registered, SIGKILL to what is
+left after a grace period, and exits.
+
+Given the run's marker (``TFCLUSTER_RUN_ID=<run id>``, in every task's environment), it
+also ends every process on this machine that carries it and started before the launcher
+died: a task started in the instant the launcher was killed, before its group was
+registered, and whatever a task started in a session of its own (a daemonized data
+loader). That is what ``setpriv --pdeathsig`` in front of each local task covered before,
+at the cost of an exec per task (launcher/backends/processes.py).
 
 A launcher may also leave commands to run at that moment (``!["scancel", "12"]``, a JSON
 argv; ``~`` forgets them): that is how a Slurm allocation is released when the launcher
 that holds it is killed.
 
-Run as ``python -m launcher.backends.watchdog GRACE``; use ``Watchdog`` from the launcher side.
+Run as ``python -m launcher.backends.watchdog GRACE [MARKER]``; use ``Watchdog`` from the
+launcher side.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 GRACE = 3.0
 TREE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -32,13 +39,15 @@ COMMAND_TIMEOUT = 30.0   # seconds for each at_exit command
 class Watchdog:
     """Launcher side: start the watchdog process, register and forget process groups."""
 
-    def __init__(self, grace: float = GRACE):
+    def __init__(self, grace: float = GRACE, marker: str | None = None):
+        """``marker``: ``NAME=VALUE`` in the environment of every process of the run."""
         read_end, self._write_end = os.pipe()
         try:
             # -S -E: no site-packages, no PYTHON* variables (it needs the standard library
             # only): a third of a Python's start; the launcher's own tree found from cwd
             self.proc = subprocess.Popen(
-                [sys.executable, "-S", "-E", "-m", "launcher.backends.watchdog", str(grace)],
+                [sys.executable, "-S", "-E", "-m", "launcher.backends.watchdog", str(grace),
+                 *([marker] if marker else [])],
                 stdin=read_end, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 start_new_session=True, cwd=TREE,
             )
@@ -50,7 +59,7 @@ class Watchdog:
             return
         try:
             os.write(self._write_end, line.encode())
-        except OSError:        # the watchdog is gone: PR_SET_PDEATHSIG still covers tasks
+        except OSError:        # the watchdog is gone (killed with the launcher)
             pass
 
     def watch(self, pgid: int) -> None:
@@ -79,48 +88,112 @@ class Watchdog:
             self.proc.wait()
 
 
-def _alive(pgid: int) -> bool:
-    """A process of the group is still running (zombies waiting for a reaper do not count)."""
+def _processes() -> list[tuple[int, int, float]] | None:
+    """(pid, process group, start in seconds since boot) of every live process (zombies
+    waiting for a reaper do not count); None without /proc."""
     if not os.path.isdir("/proc/self"):
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        return True
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
+            if fields[0] != "Z":
+                found.append((int(entry), int(fields[2]), int(fields[19]) / tick))
+        except (OSError, IndexError, ValueError):
             continue
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            return True
-    return False
+    return found
 
 
-def _signal_all(groups: set[int], sig: int) -> None:
-    for pgid in groups:
+def _living(groups: set[int], pids: set[int]) -> tuple[set[int], set[int]]:
+    """Those of ``groups`` that still have a process, and those of ``pids`` still alive:
+    one pass over /proc (or a signal 0 to each, without it)."""
+    processes = _processes()
+    if processes is None:
+        return {g for g in groups if _answers(os.killpg, g)}, \
+            {p for p in pids if _answers(os.kill, p)}
+    return {g for _, g, _ in processes if g in groups}, \
+        {p for p, _, _ in processes if p in pids}
+
+
+def _answers(send: Callable[[int, int], None], target: int) -> bool:
+    try:
+        send(target, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def carrying(marker: str, after: float, before: float) -> set[int]:
+    """The processes whose environment holds ``marker`` and that started between ``after``
+    and ``before`` (seconds since boot), this one aside."""
+    wanted, me = marker.encode(), os.getpid()
+    found = set()
+    for pid, _, started in _processes() or []:
+        if pid == me or not after <= started <= before:
+            continue
         try:
-            os.killpg(pgid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if wanted in f.read().split(b"\0"):
+                    found.add(pid)
+        except OSError:
+            continue
+    return found
 
 
-def end_groups(groups: set[int], grace: float) -> None:
-    """SIGTERM every group, SIGKILL those still alive after ``grace`` seconds."""
-    _signal_all(groups, signal.SIGTERM)
+def _started() -> float:
+    """When this process started, in seconds since boot (0 without /proc)."""
+    try:
+        with open("/proc/self/stat", encoding="ascii", errors="replace") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def _uptime() -> float:
+    try:
+        with open("/proc/uptime", encoding="ascii") as f:
+            return float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return float("inf")
+
+
+def _signal_all(groups: set[int], pids: set[int], sig: int) -> None:
+    for send, targets in ((os.killpg, groups), (os.kill, pids)):
+        for target in targets:
+            try:
+                send(target, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def end_groups(groups: set[int], grace: float, marker: str | None = None) -> None:
+    """SIGTERM every group (and, with ``marker``, every process carrying it that started
+    since this watchdog did), SIGKILL what is still alive after ``grace`` seconds (those
+    carrying the marker looked for once more: one whose exec was under way the first
+    time)."""
+    died = _uptime() + 0.01         # /proc/PID/stat counts in ticks of 10 ms
+    born = _started() - 0.01        # this watchdog started before the launcher's first task
+    pids = carrying(marker, born, died) if marker else set()
+    _signal_all(groups, pids, signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while any(_alive(g) for g in groups) and time.monotonic() < deadline:
+    while any(_living(groups, pids)) and time.monotonic() < deadline:
         time.sleep(0.05)
-    _signal_all({g for g in groups if _alive(g)}, signal.SIGKILL)
+    if marker:
+        pids |= carrying(marker, born, died)
+    _signal_all(*_living(groups, pids), signal.SIGKILL)
 
 
 def main(argv: list[str]) -> int:
     for sig in (signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     grace = float(argv[0]) if argv else GRACE
+    marker = argv[1] if len(argv) > 1 else None
     groups: set[int] = set()
     commands: list[list[str]] = []
     for raw in sys.stdin.buffer:            # blocks until a line or EOF (launcher gone)
@@ -134,7 +207,7 @@ def main(argv: list[str]) -> int:
             commands.clear()
         elif len(line) > 1 and line[1:].isdigit() and int(line[1:]) > 1:
             (groups.add if line[:1] == b"+" else groups.discard)(int(line[1:]))
-    end_groups(groups, grace)
+    end_groups(groups, grace, marker)
     for argv in commands:
         try:
             subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

@@ -150,6 +150,54 @@ def test_launcher_sigkill_ends_tasks_and_their_children(tmp_path):
     assert watchdog_gone(watchdogs[0])
 
 
+def test_launcher_sigkill_ends_what_a_task_started_in_a_session_of_its_own(tmp_path):
+    """A daemonized child leaves its task's process group; it carries the run's
+    TFCLUSTER_RUN_ID, and the watchdog ends it with the tasks."""
+    plan = {"chief": ["forever"], "worker": ["daemon then forever"], "ps": ["forever"]}
+    proc = subprocess.Popen(launch_cmd(str(write_spec(tmp_path, plan, evaluator=None))),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        files = [tmp_path / "starts" / f"worker-{i}.daemon" for i in (0, 1)]
+        deadline = time.monotonic() + 60
+        while not all(f.exists() and f.read_text().strip() for f in files) and \
+                time.monotonic() < deadline:
+            time.sleep(0.1)
+        daemons = [psutil.Process(int(f.read_text())) for f in files]
+        assert all(d.status() != psutil.STATUS_ZOMBIE for d in daemons)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not wait_gone(timeout=10)
+    gone, alive = psutil.wait_procs(daemons, timeout=5)
+    assert not alive
+
+
+def test_the_watchdog_ends_the_unregistered_processes_of_its_run_only():
+    """Given the run's marker, the watchdog also ends what carries it but was never
+    registered (a task started as the launcher died); another run's processes stay, and so
+    does a process that started before the watchdog (its launcher's tasks come after)."""
+    import os
+
+    from launcher.backends.watchdog import Watchdog
+
+    def sleeper(run_id: str) -> subprocess.Popen:
+        return subprocess.Popen(["sleep", "600"], start_new_session=True,
+                                env={**os.environ, "TFCLUSTER_RUN_ID": run_id})
+
+    older = sleeper("run-a")           # started before the watchdog: not this run's task
+    time.sleep(0.05)
+    dog = Watchdog(grace=1.0, marker="TFCLUSTER_RUN_ID=run-a")
+    ours, theirs = sleeper("run-a"), sleeper("run-b")
+    try:
+        dog.close()
+        assert ours.wait(timeout=10) == -15
+        assert theirs.poll() is None and older.poll() is None
+    finally:
+        for p in (ours, theirs, older):
+            p.kill()
+            p.wait()
+
+
 def watchdog_gone(proc: psutil.Process, timeout: float = 5) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -164,7 +212,7 @@ def watchdog_gone(proc: psutil.Process, timeout: float = 5) -> bool:
 
 def test_task_children_end_with_the_task(tmp_path):
     plan = {"chief": ["exit 0 after 1"], "ps": ["forever"], "worker": ["spawn then forever"],
-            "evaluator": ["spawn then forever"]}
+            "worker:1": ["daemon then forever"], "evaluator": ["spawn then forever"]}
     spec = write_spec(tmp_path, plan, timeouts={"kill": 1, "finish": 0.5, "evaluator": 0.5})
     assert run_launch(str(spec)).returncode == 0
     assert not wait_gone(timeout=3)

@@ -3,12 +3,14 @@
 FLAKY_PLAN is JSON: role ("worker:1", else "worker") -> a list of behaviours, one per start
 (the last one repeats): "forever", "exit N after T", "kill SIG after T" (the task kills
 itself), "error after T" (a Python traceback), "transient after T" (a TF error caused by a
-peer), "spawn then forever" (leaves a child in its process group), "bind-taken" (holds the
-port of the task named by FLAKY_STEAL, then runs forever; "bind after T" binds its own
-port like a TF server, or fails with "Address already in use"; "bind after-steal" first
-waits until the port was taken), "exit 0 once worker:1 started 3" (waits for that).
-Each start appends a line to $FLAKY_DIR/<type>-<index>.starts. A ps answers the launcher's
-gRPC probe (tests/fake_tf_server.py) from its start, except in "bind" mode.
+peer), "spawn then forever" (leaves a child in its process group), "daemon then forever"
+(leaves a child in a session of its own, its pid in $FLAKY_DIR/<type>-<index>.daemon),
+"bind-taken" (holds the port of the task named by FLAKY_STEAL, then runs forever; "bind
+after T" binds its own port like a TF server, or fails with "Address already in use";
+"bind after-steal" first waits until the port was taken), "exit 0 once worker:1 started 3"
+(waits for that). Each start appends a line to $FLAKY_DIR/<type>-<index>.starts. A ps
+answers the launcher's gRPC probe (tests/fake_tf_server.py) from its start, except in
+"bind" mode.
 """
 
 import json
@@ -79,6 +81,11 @@ if words[0] == "transient":
     sys.exit(1)
 if words[0] == "spawn":
     subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+if words[0] == "daemon":
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                             start_new_session=True)
+    with open(record.replace(".starts", ".daemon"), "a") as f:
+        f.write(f"{child.pid}\n")
 held = []
 if words[0] in ("bind", "bind-taken"):
     target = os.environ["FLAKY_STEAL"] if words[0] == "bind-taken" else name

@@ -1,8 +1,8 @@
 """Commands the kernel refuses to start, for real: each is one line naming the task, the
 command and what the kernel said in words, never a traceback, and no file handle is left
 open. The words come from the real kernel's answer to exec; the local backend
-reports a refusal on its handle (Popen's error, or the words of setpriv, which it starts
-the task through); the ssh bootstrap words it with the same function on the remote host.
+reports a refusal on its handle (Popen's error: it execs the task's command itself); the
+ssh bootstrap words it with the same function on the remote host.
 What the preflight can tell from the file (no #! line, another architecture) is refused
 before anything starts."""
 

@@ -73,23 +73,24 @@ def test_a_stream_without_read1_is_read_line_by_line():
     assert lines == [("a", False), ("b", False)]
 
 
-def test_the_local_backend_s_output_watch_passes_chunks_on():
-    """The local backend wraps a task's output to spot setpriv's exec failure in its first
-    lines; the bar still comes through as it is drawn, and the failure is still seen."""
+def test_an_exec_watch_passes_chunks_on():
+    """A backend whose tasks start through another program (slurmstepd, docker's init)
+    wraps the task's output to spot that program's exec failure in its first lines; the bar
+    still comes through as it is drawn, and the failure is still seen."""
     import types
 
     from launcher.backends.base import ExecWatch
-    from launcher.backends.local import SETPRIV_FAILED
+    from launcher.backends.slurm import STEPD_EXEC_FAILED
 
     clock = [0.0]
     handle = types.SimpleNamespace(start_failure=None)
-    watch = ExecWatch(Chunks(keras_epoch(40), clock, 1.0), handle, SETPRIV_FAILED,
+    watch = ExecWatch(Chunks(keras_epoch(40), clock, 1.0), handle, STEPD_EXEC_FAILED,
                       lambda program, reason: f"{program}: {reason}")
     lines = []
     pump(watch, lambda b: None, lambda t, p: lines.append(p), clock=lambda: clock[0])
     assert lines.count(True) == 13 and lines.count(False) == 1
-    failed = ExecWatch(Chunks([b"setpriv: failed to execute trian: No such file or "
-                               b"directory\n"], clock, 1.0), handle, SETPRIV_FAILED,
+    failed = ExecWatch(Chunks([b"slurmstepd: error: execve(): trian: No such file or "
+                               b"directory\n"], clock, 1.0), handle, STEPD_EXEC_FAILED,
                        lambda program, reason: f"{program}: {reason}")
     pump(failed, lambda b: None, lambda t, p: None)
     assert handle.start_failure == "trian: No such file or directory"
