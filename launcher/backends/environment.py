@@ -6,6 +6,7 @@ line naming the problem (exit status 2)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import tempfile
 
@@ -100,21 +101,31 @@ def check_local_programs(tasks, plan=None) -> None:
     task's PATH; with ``plan``, its environment too (``check_item``). Tasks with the same
     problem are named together."""
     problems: dict[str, list[str]] = {}
+    answers: dict[str, str | None] = {}     # tasks alike (a role's workers) checked once
     for task in tasks:
         path = task.env.get("PATH") or os.environ.get("PATH", os.defpath)
-        if task.cwd and not os.path.isdir(task.cwd):
-            problem = f"working directory {shown(task.cwd)} does not exist"
-        else:
-            problem = program_problem(task.command[0], task.cwd, path)
-        if problem is None and plan is not None:
-            found, _ = environment_problems(check_item(task, plan), task.cwd or os.getcwd(),
-                                            path)
-            problem = "; ".join(found) or None
+        item = check_item(task, plan) if plan is not None else None
+        key = json.dumps([task.command, task.cwd, path, item and {**item, "task": None}],
+                         sort_keys=True)
+        if key not in answers:
+            answers[key] = _local_problem(task, path, item)
+        problem = answers[key]
         if problem:
             problems.setdefault(problem, []).append(task.name)
     if problems:
         problem, names = next(iter(problems.items()))
         raise PreflightError(f"{', '.join(names)}: {problem}")
+
+
+def _local_problem(task, path: str, item: dict | None) -> str | None:
+    """What keeps ``task`` from starting here, in words; None when nothing does."""
+    if task.cwd and not os.path.isdir(task.cwd):
+        return f"working directory {shown(task.cwd)} does not exist"
+    problem = program_problem(task.command[0], task.cwd, path)
+    if problem is None and item is not None:
+        found, _ = environment_problems(item, task.cwd or os.getcwd(), path)
+        problem = "; ".join(found) or None
+    return problem
 
 
 def check_programs_by_probe(plan, backend, group=lambda task: task.host,
@@ -125,7 +136,6 @@ def check_programs_by_probe(plan, backend, group=lambda task: task.host,
     what tasks one probe checks together, named ``place`` in the lines (Slurm: each node;
     Docker: every task, one image)."""
     import dataclasses
-    import json
     from concurrent.futures import ThreadPoolExecutor
     from pathlib import Path
 

@@ -2,9 +2,9 @@
 
 The watchdog is a tiny process that holds the read end of a pipe whose only write end the
 launcher holds; the launcher tells it each task's process group (``+PGID`` / ``-PGID``
-lines). When the pipe closes (the launcher exited or was killed: the kernel closes its end
-either way), the watchdog sends SIGTERM to every group still registered, SIGKILL to what is
-left after a grace period, and exits.
+lines), and ``.`` before a normal end. When the pipe closes (the launcher exited or was
+killed: the kernel closes its end either way), the watchdog sends SIGTERM to every group
+still registered, SIGKILL to what is left after a grace period, and exits.
 
 Given the run's marker (``TFCLUSTER_RUN_ID=<run id>``, in every task's environment), it
 also ends every process on this machine that carries it and started before the launcher
@@ -76,8 +76,11 @@ class Watchdog:
         """Forget the commands given to ``at_exit`` (the launcher did the work itself)."""
         self._send("~\n")
 
-    def close(self) -> None:
-        """Normal end: the watchdog ends whatever is still registered, then exits."""
+    def close(self, ended: bool = True) -> None:
+        """The watchdog ends whatever is still registered, then exits. ``ended``: the
+        launcher stopped its tasks itself (False: as when it dies)."""
+        if ended:
+            self._send(".\n")
         if self._write_end >= 0:
             os.close(self._write_end)
             self._write_end = -1
@@ -172,20 +175,23 @@ def _signal_all(groups: set[int], pids: set[int], sig: int) -> None:
                 pass
 
 
-def end_groups(groups: set[int], grace: float, marker: str | None = None) -> None:
+def end_groups(groups: set[int], grace: float, marker: str | None = None,
+               died: bool = True) -> None:
     """SIGTERM every group (and, with ``marker``, every process carrying it that started
-    since this watchdog did), SIGKILL what is still alive after ``grace`` seconds (those
-    carrying the marker looked for once more: one whose exec was under way the first
-    time)."""
-    died = _uptime() + 0.01         # /proc/PID/stat counts in ticks of 10 ms
+    since this watchdog did), SIGKILL what is still alive after ``grace`` seconds. When the
+    launcher ``died``, those carrying the marker are looked for once more before the
+    SIGKILL: one whose exec was under way the first time."""
+    now = _uptime() + 0.01          # /proc/PID/stat counts in ticks of 10 ms
     born = _started() - 0.01        # this watchdog started before the launcher's first task
-    pids = carrying(marker, born, died) if marker else set()
+    pids = carrying(marker, born, now) if marker else set()
+    if not (groups or pids or died):
+        return                      # the launcher ended every task itself
     _signal_all(groups, pids, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while any(_living(groups, pids)) and time.monotonic() < deadline:
         time.sleep(0.05)
-    if marker:
-        pids |= carrying(marker, born, died)
+    if marker and died:
+        pids |= carrying(marker, born, now)
     _signal_all(*_living(groups, pids), signal.SIGKILL)
 
 
@@ -196,9 +202,12 @@ def main(argv: list[str]) -> int:
     marker = argv[1] if len(argv) > 1 else None
     groups: set[int] = set()
     commands: list[list[str]] = []
+    ended = False                           # the launcher said it ends normally
     for raw in sys.stdin.buffer:            # blocks until a line or EOF (launcher gone)
         line = raw.strip()
-        if line[:1] == b"!":
+        if line == b".":
+            ended = True
+        elif line[:1] == b"!":
             try:
                 commands.append([str(a) for a in json.loads(line[1:])])
             except ValueError:
@@ -207,7 +216,7 @@ def main(argv: list[str]) -> int:
             commands.clear()
         elif len(line) > 1 and line[1:].isdigit() and int(line[1:]) > 1:
             (groups.add if line[:1] == b"+" else groups.discard)(int(line[1:]))
-    end_groups(groups, grace, marker)
+    end_groups(groups, grace, marker, died=not ended)
     for argv in commands:
         try:
             subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

@@ -24,6 +24,7 @@ from typing import Any
 
 from launcher.output.trainer_steps import TrainerSteps
 from orchestrator.coordinator import Progress
+from orchestrator.roles import names_text
 
 FIRST_METRICS = ("loss", "accuracy", "auc")   # shown first in the progress line
 QUIET_AFTER = 10.0    # seconds without a new step before the line says so (no stale rate)
@@ -153,9 +154,9 @@ def state_words(p: Progress, state: JobState) -> list[str] | None:
     """What happens instead of training (None: training): restarting, finishing, the
     evaluator's wait, the ps being stopped."""
     if state.restarting:
-        return [f"restarting {', '.join(state.restarting)}"]
+        return [f"restarting {names_text(state.restarting)}"]
     if state.finishing and state.trainers:
-        return [f"finishing ({state.finishing}): waiting for {', '.join(state.trainers)} "
+        return [f"finishing ({state.finishing}): waiting for {names_text(state.trainers)} "
                 f"to end"]
     if not state.trainers_ended:
         return None
@@ -168,7 +169,7 @@ def state_words(p: Progress, state: JobState) -> list[str] | None:
 
 def evaluator_words(p: Progress, state: JobState) -> str:
     """Why the evaluator is waited for, and for how long at most."""
-    who = ", ".join(state.evaluators)
+    who = names_text(state.evaluators)
     target = p.step
     if target is not None and p.evaluated_step is not None and p.evaluated_step >= target:
         return f"the final checkpoint (step {target}) was evaluated; waiting for {who} to end"

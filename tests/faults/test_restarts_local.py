@@ -189,7 +189,7 @@ def test_the_watchdog_ends_the_unregistered_processes_of_its_run_only():
     dog = Watchdog(grace=1.0, marker="TFCLUSTER_RUN_ID=run-a")
     ours, theirs = sleeper("run-a"), sleeper("run-b")
     try:
-        dog.close()
+        dog.close(ended=False)
         assert ours.wait(timeout=10) == -15
         assert theirs.poll() is None and older.poll() is None
     finally:
@@ -313,7 +313,7 @@ def test_watchdog_ends_registered_groups_when_its_pipe_closes():
         dog.watch(ignores_term.pid)
         dog.watch(forgotten.pid)
         dog.forget(forgotten.pid)
-        dog.close()       # what the kernel does to the pipe when the launcher dies
+        dog.close(ended=False)      # as when the launcher dies: its pipe closes
         assert ignores_term.wait(timeout=10) == -9     # SIGTERM ignored: SIGKILL after grace
         assert forgotten.poll() is None                # a forgotten group is left alone
     finally:

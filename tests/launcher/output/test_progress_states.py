@@ -53,6 +53,16 @@ def test_restarting_finishing_and_stopping_the_ps():
         ENDED, 5, state=JobState(trainers_ended=True, ps=("ps:0",)))
 
 
+def test_hundreds_of_tasks_waited_for_are_folded_into_a_count():
+    workers = tuple(f"worker:{i}" for i in range(500))
+    finishing = progress_line(ENDED, 5, state=JobState(finishing="chief:0 exited 0",
+                                                       trainers=workers))
+    assert "waiting for worker:0, worker:1" in finishing
+    assert "and 494 more (worker 500) to end" in finishing and "worker:499" not in finishing
+    restarting = progress_line(ENDED, 5, state=JobState(restarting=workers))
+    assert "and 494 more (worker 500)" in restarting and len(restarting) < 200
+
+
 def monitor(tmp_path, clock) -> tuple[CoordinatorMonitor, io.StringIO]:
     err = io.StringIO()
     coordinator = Coordinator(str(tmp_path / "model"), max_steps=100, clock=clock)
