@@ -17,6 +17,7 @@ import dataclasses
 import json
 import os
 import shlex
+import threading
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Union
@@ -451,6 +452,7 @@ def _execute(run: Attached) -> RunResult:
     events.on_error = partial(unwritten.failed, "events.jsonl")
     state.on_error = partial(unwritten.failed, "state.json")
     board = None
+    record: PlanFile | None = None
     try:
         plan.run_dir = run_dir
         backend.preflight(plan)
@@ -462,7 +464,8 @@ def _execute(run: Attached) -> RunResult:
             return RunResult(0, "model_dir already holds a checkpoint at max_steps", run_dir,
                              run_id=plan.run_id)
         leases.append(_take_lease(plan, backend, args, run_dir, console, events, state))
-        write_plan(run_dir, plan)
+        record = PlanFile(run_dir, plan, on_error=partial(unwritten.failed, "plan.json"))
+        state.on_running = _then(record.write, state.on_running)
         board = with_run(plan, backend, run_dir, console,
                          lambda doc: state.update(tensorboard=doc))
         if board is not None:       # started once every task runs, outside the job
@@ -481,8 +484,10 @@ def _execute(run: Attached) -> RunResult:
                 console.info(f"{e}; picking new ports and starting again")
                 events.write("port_conflict", message=str(e))
                 plan = make_plan(spec, backend, command, run_id=plan.run_id)
-                write_plan(run_dir, plan)
+                record.replan(plan)
     finally:
+        if record is not None:
+            record.write()      # a job that ended before every task started
         if board is not None:      # stopped with the tasks, before the backend closes
             board.stop()
         console.close()
@@ -613,6 +618,35 @@ class JobWatch:
         from orchestrator.coordinator import Progress
 
         return self.coordinator.progress() if self.coordinator is not None else Progress()
+
+
+class PlanFile:
+    """plan.json of a run, written once every task started (``write``, the run state's
+    ``on_running``), or at the end of a job that ended first: 1,000 tasks' plan is ~20 MB
+    of JSON, not on the way to their start. ``replan``: new ports, written at once."""
+
+    def __init__(self, run_dir: str, plan: JobPlan, on_error: Callable[[OSError], None]):
+        self.run_dir, self.plan, self.written = run_dir, plan, False
+        self.on_error = on_error
+        self._lock = threading.Lock()
+
+    def write(self) -> None:
+        with self._lock:
+            if not self.written:
+                self.written = True
+                self._write()
+
+    def replan(self, plan: JobPlan) -> None:
+        with self._lock:
+            self.plan = plan
+            if self.written:
+                self._write()
+
+    def _write(self) -> None:
+        try:
+            write_plan(self.run_dir, self.plan)
+        except OSError as e:    # a full or vanished run_dir: said once, the job goes on
+            self.on_error(e)
 
 
 def write_plan(run_dir: str, plan: JobPlan) -> None:
