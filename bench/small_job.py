@@ -6,7 +6,9 @@ Two parts (docs/benchmarks.md, "The small job"):
 - compare: chief + 4 workers, each a Python process that stamps /proc/uptime as it starts
   and ends (``python -S -c``: no site-packages, as small as a Python task gets), under
   `launch --quiet` of this checkout, of ``--before TREE`` (another checkout, e.g. a
-  worktree of main before a change), and a shell script (`&` five times, `wait`). Rounds
+  worktree of main before a change), the Python floor (the least a Python launcher does:
+  read the spec, set each task's TF_CONFIG, start the five, wait; no check, no record),
+  and a shell script (`&` five times, `wait`). Rounds
   alternate the kinds (A B C, C B A, ...); medians and the ratio to the shell. Wall:
   from exec to exit; every task started after; exit after the last task's end; CPU (the
   launcher's and the tasks', RUSAGE_CHILDREN of a fresh runner); `launch --help`.
@@ -82,13 +84,34 @@ for path, attr, label in json.loads(sys.argv[4]):
     if owner is not None:
         wrap(owner, attr, label)
 t_patched = time.monotonic()
+def record():
+    json.dump({"first": t_first - t0, "imported": t_imported - t0, "end": time.monotonic() - t0,
+               "patched": t_patched - t0, "spans": spans}, open(out, "w"))
+exit_now = getattr(cli, "_exit_now", None)
+if exit_now is not None:      # a tree that ends its process inside main(): record first
+    def recorded(status):
+        record()
+        exit_now(status)
+    cli._exit_now = recorded
 sys.argv = ["launch", *sys.argv[5:]]
 status = cli.main()       # as the `launch` script calls it
-t_end = time.monotonic()
-json.dump({"first": t_first - t0, "imported": t_imported - t0, "end": t_end - t0,
-           "patched": t_patched - t0,
-           "spans": spans}, open(out, "w"))
+record()
 sys.exit(status)
+"""
+
+# The least a Python launcher does, for the "python floor" row: read the spec, give each
+# task its TF_CONFIG, start them all, wait for them. No check, no record, no watchdog.
+FLOOR = r"""
+import json, os, subprocess, sys
+spec = json.load(open(sys.argv[1]))
+tasks = [(r, i) for r, n in spec["cluster"].items() for i in range(n)]
+cluster = {r: [f"localhost:{20000 + k}" for k, (o, _) in enumerate(tasks) if o == r]
+           for r in spec["cluster"]}
+procs = [subprocess.Popen(spec["command"], stdin=subprocess.DEVNULL, env=dict(
+    os.environ, **spec.get("env", {}), TFCLUSTER_TASK=f"{r}:{i}",
+    TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": r, "index": i}})))
+    for r, i in tasks]
+sys.exit(max(p.wait() for p in procs))
 """
 
 # (module[:class], function, phase)
@@ -147,11 +170,17 @@ def launch_argv(tree: Path) -> list[str]:
 
 
 def one(kind: str, tree: Path | None) -> dict:
+    """One run of ``kind``: a tree's `launch`, or (``tree`` None) the shell script or the
+    Python floor."""
     with tempfile.TemporaryDirectory(prefix="small-") as tmp:
         work = Path(tmp)
         (work / "stamps").mkdir()
-        argv = ([*launch_argv(tree), str(spec_of(work)), "--quiet"] if tree is not None
-                else ["sh", str(shell_of(work))])
+        if tree is not None:
+            argv = [*launch_argv(tree), str(spec_of(work)), "--quiet"]
+        elif kind == "python floor":
+            argv = [sys.executable, "-c", FLOOR, str(spec_of(work))]
+        else:
+            argv = ["sh", str(shell_of(work))]
         t0 = uptime()
         out = subprocess.run([sys.executable, "-c", MEASURE, *argv], capture_output=True,
                              text=True, check=True)
@@ -270,7 +299,7 @@ def main() -> None:
     print(f"{time.strftime('%Y-%m-%d %H:%M')} UTC, {os.cpu_count()} cores (shared machine), "
           f"load average {load}\n")
     if "compare" in args.parts:
-        compare({**trees, "shell": None}, args.rounds)
+        compare({**trees, "python floor": None, "shell": None}, args.rounds)
     if "phases" in args.parts:
         phases_part(trees, args.rounds)
     with open("/proc/loadavg") as f:

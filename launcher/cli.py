@@ -8,8 +8,10 @@ Exit status: 0 when the job succeeded, 1 when it failed, 2 for bad input (nothin
 from __future__ import annotations
 
 import argparse
+import atexit
 import gc
 import importlib
+import os
 import signal
 import sys
 import threading
@@ -134,7 +136,24 @@ def main(argv: list[str] | None = None) -> int:
         # the interpreter's exit collects every object once more (~0.1 s of CPU after a
         # job): what lives now lives until the exit, so it is left out of that collection
         gc.freeze()
+        _exit_now(status)
     return status
+
+
+def _exit_now(status: int) -> None:
+    """End the process here when nothing is left for the interpreter's exit to do (no
+    thread but daemons, no ``atexit`` callback): its tear-down of ~200 modules cost a small
+    job ~20 ms (docs/benchmarks.md). Otherwise return, and the exit runs as usual."""
+    if any(not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        return
+    if getattr(atexit, "_ncallbacks", lambda: 1)():     # CPython's count; unknown: keep
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):   # a closed pipe: the exit would not write it either
+            discard(stream)
+    os._exit(status)
 
 
 def _terminate(signum, _frame):

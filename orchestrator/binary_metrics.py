@@ -18,6 +18,8 @@ THRESHOLD = 0.5         # p > 0.5 is class 1 (as an Estimator's class_ids: argma
 
 @dataclass
 class BinaryMetrics:
+    """A binary classifier's metrics over a set of examples."""
+
     examples: int
     positives: int
     auc: float

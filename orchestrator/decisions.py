@@ -25,6 +25,8 @@ TASK, CLUSTER = "task", "cluster"     # restart the lost task alone, or every ta
 
 @dataclass(frozen=True)
 class Decision:
+    """What the job does next about some tasks, and the line that says why."""
+
     action: str                   # FINISH, FAIL, LOST, RESTART, DROP or IGNORE
     reason: str                   # the line shown to the user
     tasks: tuple[str, ...] = ()   # the tasks it is about ("ps:0")

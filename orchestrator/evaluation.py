@@ -44,6 +44,8 @@ class CheckpointGone(Exception):
 
 @dataclass
 class EvalOutcome:
+    """Why an evaluation pass ended, what it evaluated and what it skipped."""
+
     reason: str                                   # "final" or "idle"
     records: list[MetricsRecord] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # checkpoints deleted under us

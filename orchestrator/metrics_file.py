@@ -27,6 +27,8 @@ SPLITS = ("eval", "train")
 
 @dataclass
 class MetricsRecord:
+    """One evaluation of one checkpoint, as one line of the metrics file."""
+
     step: int
     checkpoint: str
     split: str

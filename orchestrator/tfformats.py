@@ -132,6 +132,8 @@ _DTYPES = {1: "<f", 2: "<d", 3: "<i", 9: "<q", 19: "<e"}
 
 @dataclass(frozen=True)
 class Scalar:
+    """One scalar summary of an events file."""
+
     tag: str
     step: int
     value: float

@@ -86,6 +86,8 @@ print(json.dumps(out))
 
 @dataclass
 class ProbeOutcome:
+    """What one task's storage probe found: where model_dir resolved, and the problem if any."""
+
     task: str
     host: str            # the host in the spec
     seen_host: str       # the host name the probe reported

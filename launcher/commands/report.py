@@ -42,6 +42,8 @@ SPLIT_STYLE = {"eval": "-", "train": "--"}
 
 @dataclass
 class RunData:
+    """What a report shows of one run: its records, losses and metrics."""
+
     run_dir: str
     model_dir: str
     name: str = ""

@@ -148,6 +148,8 @@ class Watched:
 
 @dataclass(frozen=True)
 class Lost:
+    """A task that stopped answering its liveness probes."""
+
     name: str
     address: str
     since: float          # the start of the task that was lost

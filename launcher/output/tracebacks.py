@@ -31,6 +31,8 @@ LOG_READ_BYTES = 4 << 20       # the end of a log that is searched
 
 @dataclass(frozen=True)
 class Excerpt:
+    """Where a task's traceback is in its log, and what it says."""
+
     exception: str              # "ValueError: shapes (3,) and (4,) not aligned"
     traceback_line: int         # 1-based line of "Traceback (most recent call last):"
     frame: str | None = None    # the user's innermost frame: 'train.py, line 42, in input_fn'

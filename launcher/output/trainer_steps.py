@@ -53,6 +53,8 @@ class OutputStep:
 
 @dataclass
 class _Task:
+    """One trainer's step lines as read so far."""
+
     step: int | None = None
     step_at: float = 0.0
     every: float = 0.0       # s between its last two step lines, or two rate lines
