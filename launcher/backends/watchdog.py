@@ -17,22 +17,26 @@ A launcher may also leave commands to run at that moment (``!["scancel", "12"]``
 argv; ``~`` forgets them): that is how a Slurm allocation is released when the launcher
 that holds it is killed.
 
-Run as ``python -m launcher.backends.watchdog GRACE [MARKER]``; use ``Watchdog`` from the
-launcher side.
+Run as ``python -I -S .../launcher/backends/watchdog.py GRACE [MARKER]`` (the standard
+library only: no site-packages, no package around it); use ``Watchdog`` from the launcher
+side.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
 import sys
 import time
-from collections.abc import Callable
+
+# The watchdog's own process imports only what its common path needs (json and subprocess
+# are for the commands left with at_exit): it starts beside the job's first tasks.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import subprocess
+    from collections.abc import Callable
 
 GRACE = 3.0
-TREE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COMMAND_TIMEOUT = 30.0   # seconds for each at_exit command
 
 
@@ -41,15 +45,18 @@ class Watchdog:
 
     def __init__(self, grace: float = GRACE, marker: str | None = None):
         """``marker``: ``NAME=VALUE`` in the environment of every process of the run."""
+        import subprocess
+
         read_end, self._write_end = os.pipe()
         try:
-            # -S -E: no site-packages, no PYTHON* variables (it needs the standard library
-            # only): a third of a Python's start; the launcher's own tree found from cwd
+            # -I -S: no site-packages, no PYTHON* variables, nothing of the launcher's
+            # package (it needs the standard library only): 11 ms of a Python's start
+            # against ~40 as a module of the package (docs/benchmarks.md)
             self.proc = subprocess.Popen(
-                [sys.executable, "-S", "-E", "-m", "launcher.backends.watchdog", str(grace),
+                [sys.executable, "-I", "-S", os.path.abspath(__file__), str(grace),
                  *([marker] if marker else [])],
                 stdin=read_end, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                start_new_session=True, cwd=TREE,
+                start_new_session=True, cwd="/",
             )
         finally:
             os.close(read_end)
@@ -70,6 +77,8 @@ class Watchdog:
 
     def at_exit(self, argv: list[str]) -> None:
         """Run ``argv`` when the launcher is gone (after the groups were ended)."""
+        import json
+
         self._send("!" + json.dumps(argv) + "\n")
 
     def clear_at_exit(self) -> None:
@@ -208,6 +217,8 @@ def main(argv: list[str]) -> int:
         if line == b".":
             ended = True
         elif line[:1] == b"!":
+            import json
+
             try:
                 commands.append([str(a) for a in json.loads(line[1:])])
             except ValueError:
@@ -217,6 +228,8 @@ def main(argv: list[str]) -> int:
         elif len(line) > 1 and line[1:].isdigit() and int(line[1:]) > 1:
             (groups.add if line[:1] == b"+" else groups.discard)(int(line[1:]))
     end_groups(groups, grace, marker, died=not ended)
+    if commands:
+        import subprocess
     for argv in commands:
         try:
             subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

@@ -141,7 +141,7 @@ def test_launcher_sigkill_ends_tasks_and_their_children(tmp_path):
     tasks = wait_for_tasks(10)       # 5 tasks and a child each
     assert len(tasks) == 10
     watchdogs = [p for p in marked_processes()
-                 if "launcher.backends.watchdog" in " ".join(p.cmdline())]
+                 if "launcher/backends/watchdog.py" in " ".join(p.cmdline())]
     assert len(watchdogs) == 1
     proc.kill()
     proc.wait()
@@ -217,7 +217,7 @@ def test_task_children_end_with_the_task(tmp_path):
     assert run_launch(str(spec)).returncode == 0
     assert not wait_gone(timeout=3)
     assert not [p for p in marked_processes()
-                if "launcher.backends.watchdog" in " ".join(p.cmdline())]
+                if "launcher/backends/watchdog.py" in " ".join(p.cmdline())]
 
 
 def test_explicit_port_in_use_is_an_error_before_anything_starts(tmp_path):
@@ -320,6 +320,21 @@ def test_watchdog_ends_registered_groups_when_its_pipe_closes():
         for proc in (ignores_term, forgotten):
             proc.kill()
             proc.wait()
+
+
+def test_watchdog_runs_the_commands_left_with_it_unless_forgotten(tmp_path):
+    """What releases a Slurm allocation when its launcher is killed: a command left with
+    ``at_exit`` runs once the pipe closes; not once the launcher forgot it (it did the work
+    itself)."""
+    from launcher.backends.watchdog import Watchdog
+
+    for case in ("died", "forgotten"):
+        dog = Watchdog(grace=0.5)
+        dog.at_exit(["touch", str(tmp_path / case)])
+        if case == "forgotten":
+            dog.clear_at_exit()
+        dog.close(ended=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["died"]
 
 
 def test_a_task_gets_sigterm_when_the_thread_that_started_it_is_killed():
