@@ -50,8 +50,8 @@ class Watchdog:
         read_end, self._write_end = os.pipe()
         try:
             # -I -S: no site-packages, no PYTHON* variables, nothing of the launcher's
-            # package (it needs the standard library only): 11 ms of a Python's start
-            # against ~40 as a module of the package (docs/benchmarks.md)
+            # package (it needs the standard library only): ~29 ms a start against ~44 as
+            # a module of the package (docs/benchmarks.md)
             self.proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", os.path.abspath(__file__), str(grace),
                  *([marker] if marker else [])],
