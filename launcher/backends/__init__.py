@@ -35,6 +35,11 @@ def names() -> tuple[str, ...]:
     return tuple(_REGISTRY)
 
 
+def engine_modules() -> dict[str, str]:
+    """Each engine registered by module name (the built-in ones), name -> module."""
+    return {name: entry for name, entry in _REGISTRY.items() if isinstance(entry, str)}
+
+
 def backend_class(name: str) -> type[Backend]:
     """The Backend subclass for ``name``."""
     entry = _REGISTRY[name]
