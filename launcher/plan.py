@@ -345,7 +345,8 @@ def build_plan(
                               raw_command=argv if expanded != argv else None,
                               raw_env=spec.env_for(job)))
     return JobPlan(run_id, spec.name, spec.model_dir, max_steps,
-                   model_dirs.resolve(spec.model_dir, spec.workdir, spec.env), tasks,
+                   model_dirs.resolve(spec.model_dir, spec.workdir, spec.env,
+                                      spec.keras == KERAS_JAX), tasks,
                    spec.strategy, spec.keras, backend=backend or spec.backend,
                    timeouts=dict(spec.timeouts), restart=restart_policies(spec),
                    check_storage=spec.check_storage, tensorboard=spec.tensorboard,
