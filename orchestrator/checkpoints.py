@@ -346,7 +346,7 @@ def keras_step(fs: Any, path: str) -> int | None:
     only (TensorFlow's and Keras' environments have it; None without it, or when the file
     is not one Keras wrote, or is being written)."""
     try:
-        import h5py
+        import h5py  # type: ignore[import-untyped]
     except ImportError:
         return None
     import io

@@ -90,7 +90,8 @@ def _known(found: Any) -> dict[str, str] | None:
     if not isinstance(found, dict):
         return None
     doc = {k: found.get(k) for k in ("name", "task", "cause", "fix")}
-    return doc if all(isinstance(v, str) for v in doc.values()) else None
+    return {k: str(v) for k, v in doc.items()} if all(isinstance(v, str)
+                                                      for v in doc.values()) else None
 
 
 def _eta(progress: dict) -> float | None:
