@@ -97,3 +97,22 @@ def test_keras_3_files_are_checkpoints_with_their_step_only_for_a_keras_reader(t
     (tmp_path / "ckpt-2.weights.h5").write_bytes(b"\x89HDF being written")
     newest = CheckpointReader(str(tmp_path), keras=True).newest_complete()
     assert newest is not None and (newest.name, newest.step) == ("ckpt-2.weights.h5", None)
+
+
+def test_keras_verbose_2_lines_count_steps_across_epochs():
+    from support import FakeClock
+
+    from launcher.output.trainer_steps import TrainerSteps
+
+    steps = TrainerSteps(FakeClock())
+    for line in ["Epoch 1/2", "4/4 - 1s - 339ms/step - loss: 0.7049",       # Keras 3 (JAX)
+                 "Epoch 2/2", "4/4 - 0s - 13ms/step - loss: 0.7008"]:
+        steps.see("worker:0", line)
+    assert steps.newest().step == 8
+    legacy = TrainerSteps(FakeClock())
+    for line in ["Epoch 2/2", "5/5 - 0s - loss: 0.7019 - accuracy: 0.5813 - 111ms/epoch"]:
+        legacy.see("worker:1", line)                                      # tf-keras
+    assert legacy.newest().step == 10
+    other = TrainerSteps(FakeClock())
+    other.see("chief:0", "3/10 - copied")       # a count, but no time after it
+    assert other.newest() is None
