@@ -643,7 +643,9 @@ def environment_problems(item, cwd, path):
     if problem is not None:
         return [problem], None
     imports_tf = bool(IMPORTS_TF.search(source))
-    keras = item.get("keras")
+    # the spec's Keras route is checked in the task's own interpreter only (a wrapper's
+    # python3 on PATH may not be the one the wrapper runs)
+    keras = item.get("keras") if PYTHON_NAME.match(os.path.basename(argv[0])) else None
     if not (imports_tf or item.get("tensorboard") or keras):
         return [], None
     model_dir = item.get("model_dir") if imports_tf else None
