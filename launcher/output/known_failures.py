@@ -69,6 +69,12 @@ CATALOGUE: tuple[KnownFailure, ...] = (
         "others' ports (`launch SPEC --dry-run` lists every address)",
         (("failed to connect to all addresses",),)),
     KnownFailure(
+        "gloo-hostname",
+        "JAX's CPU collectives (Gloo) could not resolve this host's own name to an address",
+        "make each host's name (`hostname`) resolve there, through /etc/hosts or DNS "
+        "(docs/keras.md)",
+        (("gloo/transport/tcp/device.cc", "rv == 0"),)),
+    KnownFailure(
         "oom-kill",
         "the task ran out of memory and was killed (SIGKILL from the kernel's OOM killer "
         "or the engine's memory limit)",

@@ -45,6 +45,9 @@ RUNGRAPH = ("tensorflow.python.framework.errors_impl.AbortedError: The same RunG
 GRPC = ("tensorflow.python.framework.errors_impl.UnavailableError: failed to connect to all "
         "addresses\nAdditional GRPC error information from remote target /job:ps/replica:0/"
         "task:0:")
+GLOO = ("RuntimeError: Unable to initialize backend 'cpu': [enforce fail at external/gloo/gloo/"
+        "transport/tcp/device.cc:99] rv == 0. -3 vs 0 (you may need to uninstall the failing "
+        "plugin package, or set JAX_PLATFORMS=cpu to skip this backend.)")
 SLURM_OOM = "slurmstepd: error: Detected 1 oom_kill event in StepId=12.0. Some of the step " \
             "tasks have been OOM Killed."
 
@@ -56,6 +59,7 @@ SLURM_OOM = "slurmstepd: error: Detected 1 oom_kill event in StepId=12.0. Some o
      "tf-estimator-missing"),
     (RUNGRAPH, 1, "rungraph-twice"),
     (GRPC, 1, "grpc-unreachable"),
+    (GLOO, 1, "gloo-hostname"),
     (SLURM_OOM, KILLED, "oom-kill"),
     (SLURM_OOM, 137, "oom-kill"),
 ])
@@ -70,7 +74,8 @@ def test_what_matches_no_signature_is_not_named():
     # an OOM's words without the kill are not an OOM kill (a log line, a message)
     assert match(SLURM_OOM, 1) is None
     assert {k.name for k in CATALOGUE} == {"keras3-distributed", "tf-estimator-missing",
-                                           "rungraph-twice", "grpc-unreachable", "oom-kill"}
+                                           "rungraph-twice", "grpc-unreachable", "gloo-hostname",
+                                           "oom-kill"}
 
 
 def test_the_kernel_s_own_line_names_the_pid_it_killed():
