@@ -38,7 +38,7 @@ tf2_env() {
   .venv-tf2/bin/python -c "import rich" 2>/dev/null || pipq .venv-tf2/bin/pip install -q rich
 }
 jax_env() {
-  if [[ ! -x .venv-jax/bin/python ]] || ! .venv-jax/bin/python -c "import jax, keras, h5py, psutil" 2>/dev/null; then
+  if [[ ! -x .venv-jax/bin/python ]] || ! KERAS_BACKEND=jax .venv-jax/bin/python -c "import jax, keras, h5py, psutil" 2>/dev/null; then
     echo "setup: .venv-jax (jax, Keras 3)"
     "$PY" -m venv .venv-jax
     pipq .venv-jax/bin/pip install -q "jax==0.10.2" "keras==3.15.1" fsspec psutil
@@ -71,7 +71,7 @@ fi
 
 wait "$tf2_pid" || { echo "setup: .venv-tf2 failed" >&2; exit 1; }
 wait "$jax_pid" || { echo "setup: .venv-jax failed" >&2; exit 1; }
-.venv-jax/bin/python -c "import jax, keras" || { echo "setup: .venv-jax is broken" >&2; exit 1; }
+KERAS_BACKEND=jax .venv-jax/bin/python -c "import jax, keras" || { echo "setup: .venv-jax is broken" >&2; exit 1; }
 pipq .venv-tf2/bin/pip install -q --no-deps -e . --config-settings editable_mode=compat   # after .venv's
 .venv-tf2/bin/python -c "import tf_keras, orchestrator" || { echo "setup: .venv-tf2 is broken" >&2; exit 1; }
 if [[ -n $base_pid ]] && ! wait "$base_pid"; then
