@@ -100,3 +100,19 @@ def test_a_host_without_the_route_s_packages_is_refused_in_one_line(tmp_path, ke
     assert f'(the spec\'s "keras": "{keras}")' in done.stderr
     assert not (tmp_path / "model").exists()       # nothing started, nothing written
     assert not list((tmp_path / "runs").glob("*/logs/*.log"))
+
+
+@pytest.mark.skipif(not Path(PY_JAX).exists(), reason="no .venv-jax (scripts/setup.sh)")
+def test_a_killed_jax_process_restarts_the_group_which_resumes_from_its_backup(tmp_path):
+    done = run_launch(_spec(tmp_path, [PY_JAX, JAX_FIT], 12, keras="jax",
+                            env={"KILL_AFTER_EPOCH": "1"}), timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "worker:1 was killed by SIGKILL; restarting the whole cluster from the newest " \
+           "checkpoint in 1s (restart 1 of 3)" in done.stderr
+    for task in ("worker-0", "worker-1"):
+        log = (run_dir(tmp_path) / "logs" / f"{task}.log").read_text()
+        again = log.split("starts (restart 1)", 1)[1]
+        # the group started again resumes after epoch 1 (Keras' BackupAndRestore)
+        assert "Epoch 1/3" not in again and "Epoch 2/3" in again
+    summary = _summary(tmp_path)
+    assert (summary["final_step"], [t["restarts"] for t in summary["tasks"]]) == (12, [1, 1])

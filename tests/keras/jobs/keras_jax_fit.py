@@ -8,6 +8,7 @@ weights; two writers of one .h5 collide on its file lock, so the others write ap
 
 import os
 import shutil
+import signal
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
@@ -33,13 +34,27 @@ y = (x.sum(axis=1, keepdims=True) > 4).astype(np.float32)
 model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(8, activation="relu"),
                           keras.layers.Dense(1, activation="sigmoid")])
 model.compile(optimizer="sgd", loss="binary_crossentropy")
+
+
+class KillOnce(keras.callbacks.Callback):
+    """With KILL_AFTER_EPOCH=N, process 1 of the first attempt SIGKILLs itself once epoch N
+    is saved: the launcher restarts the group, which resumes from the backup."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        if str(epoch + 1) == os.environ.get("KILL_AFTER_EPOCH") and process == 1 and \
+                os.environ.get("TFCLUSTER_RESTART_COUNT") == "0":
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
 # Saving gathers the sharded weights: every process saves, process 0 into model_dir, the
 # others into a temporary directory of their own (two writers of one .h5 collide)
 where = model_dir if process == 0 else os.path.join(model_dir, f"workertemp_{process}")
+print(f"process {process} starts (restart {os.environ.get('TFCLUSTER_RESTART_COUNT')})",
+      flush=True)
 callbacks = [keras.callbacks.ModelCheckpoint(os.path.join(where, "ckpt-{epoch}.weights.h5"),
                                              save_weights_only=True),
              keras.callbacks.BackupAndRestore(os.path.join(where, "backup"),
-                                              delete_checkpoint=False)]
+                                              delete_checkpoint=False), KillOnce()]
 model.fit(x, y, batch_size=BATCH, epochs=max(1, max_steps // STEPS), callbacks=callbacks,
           verbose=2)
 model.save(os.path.join(where, "final.keras"))
