@@ -544,9 +544,14 @@ def _close(run: Attached, result: JobResult, job: Job, watch: JobWatch,
                      "notices, banners, INFO, TensorBoard's routine lines) are only in the "
                      "task logs; --verbose shows them")
     from launcher.records.registry import write_json_atomic
+    from launcher.signals import PREEMPTED
+    known = None
+    if result.status not in (0, PREEMPTED) and result.status < 128:
+        from launcher.output.known_failures import known_of
+        known = known_of(result.tasks)
     try:
         write_json_atomic(os.path.join(run_dir, "summary.json"),
-                          summary_doc(result, closing, rows))
+                          summary_doc(result, closing, rows, known))
     except OSError as e:
         unwritten.failed("summary.json", e)
     seen = watch.progress()

@@ -63,6 +63,7 @@ from launcher.ending import (
 from launcher.errors import UsageError
 from launcher.monitors import TURN, tick_every
 from launcher.output.console import Console
+from launcher.output.known_failures import diagnose, lines_of
 from launcher.output.tracebacks import Excerpt, describe, tail_box
 from launcher.plan import JobPlan, TaskPlan
 from launcher.records.crash import crash_line, save_traceback
@@ -581,9 +582,13 @@ class Job:
         if excerpt is not None:
             for line in excerpt_lines(run.name, run.log_path, excerpt):
                 self.console.info(line)
+        known = diagnose(run.log_path, run.status,
+                         run.handle.pid if run.handle is not None else None)
+        for line in lines_of(known) if known is not None else ():
+            self.console.info(line)
         if run.tail:
             self.console.info(f"last lines of {run.name} ({run.log_path}):")
-            for line in tail_box(run.tail):
+            for line in tail_box(run.tail, excerpt):
                 self.console.info(f"  | {line}")
         return self._finish(1, reason)
 

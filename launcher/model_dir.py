@@ -27,6 +27,7 @@ class ModelDir:
 
     url: str
     options: dict[str, Any] = field(default_factory=dict)
+    keras: bool = False     # Keras 3's own files are the checkpoints ("keras": "jax")
 
     def is_local_absolute(self, given: str) -> bool:
         """``given`` (model_dir as the tasks get it) is an absolute path of this machine's
@@ -37,7 +38,8 @@ class ModelDir:
         """A CheckpointReader of this model_dir."""
         from orchestrator.checkpoints import CheckpointReader
 
-        return CheckpointReader(self.url, self.options, tf2_number_is_step=TF2_NUMBER_IS_STEP)
+        return CheckpointReader(self.url, self.options, tf2_number_is_step=TF2_NUMBER_IS_STEP,
+                                keras=self.keras)
 
     def metrics(self) -> list:
         """Every record of ``tfcluster_metrics.jsonl`` ([] when there is none)."""
@@ -51,12 +53,14 @@ class ModelDir:
         return {"url": self.url, "options": options}
 
 
-def resolve(model_dir: str, workdir: str | None, env: dict[str, str]) -> ModelDir:
-    """model_dir as the launcher sees it (see the module docstring)."""
+def resolve(model_dir: str, workdir: str | None, env: dict[str, str], keras: bool = False
+            ) -> ModelDir:
+    """model_dir as the launcher sees it (see the module docstring); ``keras``: its
+    checkpoints are Keras 3's own files."""
     url = model_dir
     if "://" not in url and not os.path.isabs(url) and workdir:
         url = os.path.join(workdir, url)
-    return ModelDir(url, storage_options(model_dir, env))
+    return ModelDir(url, storage_options(model_dir, env), keras)
 
 
 def storage_options(model_dir: str, env: dict[str, str]) -> dict[str, Any]:

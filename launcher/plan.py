@@ -21,7 +21,14 @@ from typing import Any, Callable
 from launcher import model_dir as model_dirs
 from launcher.checks import Address
 from launcher.expand import expand, expand_args
-from launcher.spec import TIMEOUT_DEFAULTS, Spec, TensorBoardSettings, resources_for
+from launcher.spec import (
+    KERAS_JAX,
+    TF_KERAS,
+    TIMEOUT_DEFAULTS,
+    Spec,
+    TensorBoardSettings,
+    resources_for,
+)
 from orchestrator import preemption
 from orchestrator.policies import RestartPolicy
 from orchestrator.roles import in_start_order
@@ -77,6 +84,7 @@ class JobPlan:
     storage: model_dirs.ModelDir     # model_dir as the launcher reads it
     tasks: list[TaskPlan] = field(default_factory=list)
     strategy: str = "estimator"
+    keras: str | None = None        # the spec's "keras": tf-keras, jax, or None
     backend: str = "local"
     timeouts: dict[str, float] = field(default_factory=lambda: dict(TIMEOUT_DEFAULTS))
     restart: dict[str, RestartPolicy] = field(default_factory=dict)
@@ -98,6 +106,7 @@ class JobPlan:
     def to_dict(self) -> dict:
         return {"run_id": self.run_id, "name": self.name, "model_dir": self.model_dir,
                 "max_steps": self.max_steps, "strategy": self.strategy,
+                "keras": self.keras,
                 "backend": self.backend, "timeouts": self.timeouts,
                 "restart": {role: asdict(p) for role, p in self.restart.items()},
                 "check_storage": self.check_storage,
@@ -230,6 +239,24 @@ def host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+def keras_env(spec: Spec, shard: int | None, cluster: dict[str, list[str]]
+              ) -> dict[str, str]:
+    """What the spec's ``keras`` route tells a task (docs/keras.md): tf-keras sets
+    ``TF_USE_LEGACY_KERAS=1`` (``tf.keras`` is then Keras 2); jax gives each process its
+    place in the JAX collective as ``keras.distribution.initialize()`` reads it: every
+    trainer's address in shard order (the first, chief or worker 0, is JAX's coordinator:
+    its own port, reserved for it as for a TF server), their number and its own index."""
+    if spec.keras == TF_KERAS:
+        return {"TF_USE_LEGACY_KERAS": "1"}
+    if spec.keras != KERAS_JAX or shard is None:
+        return {}
+    addresses = [cluster[job][i] for job, i in spec.trainers]
+    return {"KERAS_BACKEND": "jax",
+            "KERAS_DISTRIBUTION_JOB_ADDRESSES": ",".join(addresses),
+            "KERAS_DISTRIBUTION_NUM_PROCESSES": str(len(addresses)),
+            "KERAS_DISTRIBUTION_PROCESS_ID": str(shard)}
+
+
 def training_env(spec: Spec, max_steps: int | None, shard: int | None,
                  shards: int) -> dict[str, str]:
     """What a task is told of the training: max_steps, its shard (a trainer's), the
@@ -309,6 +336,7 @@ def build_plan(
         env.update({k: expand(v, ours) for k, v in spec.env_for(job).items()})
         env.update(ours)
         env.update(training_env(spec, max_steps, shard_of.get((job, i)), len(trainers)))
+        env.update(keras_env(spec, shard_of.get((job, i)), cluster))
         env.update(preemption_env(spec, job, env, notice))
         argv = spec.command_for(job, command)
         expanded = expand_args(argv, env)
@@ -317,8 +345,9 @@ def build_plan(
                               raw_command=argv if expanded != argv else None,
                               raw_env=spec.env_for(job)))
     return JobPlan(run_id, spec.name, spec.model_dir, max_steps,
-                   model_dirs.resolve(spec.model_dir, spec.workdir, spec.env), tasks,
-                   spec.strategy, backend=backend or spec.backend,
+                   model_dirs.resolve(spec.model_dir, spec.workdir, spec.env,
+                                      spec.keras == KERAS_JAX), tasks,
+                   spec.strategy, spec.keras, backend=backend or spec.backend,
                    timeouts=dict(spec.timeouts), restart=restart_policies(spec),
                    check_storage=spec.check_storage, tensorboard=spec.tensorboard,
                    minimum={role: r.minimum for role, r in spec.roles.items()

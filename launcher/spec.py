@@ -37,6 +37,9 @@ from orchestrator.roles import JOB_NAMES, ROLES, TRAINERS, trainer_jobs
 # one entry here, and its parsing in validate() when it needs more than its schema says.
 # Besides these, each registered backend's name is a key: its options (launcher/backends).
 STRATEGIES = ("estimator", "parameter_server", "multi_worker_mirrored")
+# "keras": which Keras the trainers run (docs/keras.md). Absent: the script's own.
+TF_KERAS, KERAS_JAX = "tf-keras", "jax"
+KERAS_ROUTES = (TF_KERAS, KERAS_JAX)
 
 
 def _per_role(ref: str, roles: tuple[str, ...] = ROLES) -> dict[str, Any]:
@@ -155,6 +158,13 @@ FIELDS: dict[str, dict[str, Any]] = {
                  "workers, asynchronous; default with a ps), parameter_server (TF2 PSS: the "
                  "workers, asynchronous), multi_worker_mirrored (chief and workers, "
                  "synchronous; default without a ps)."},
+    "keras": {"enum": list(KERAS_ROUTES), "description":
+              "The Keras the trainers run (docs/keras.md): tf-keras (Keras 2 through "
+              "TF_USE_LEGACY_KERAS=1, checked to match TensorFlow where each task runs: "
+              "Keras 3 cannot fit under MultiWorkerMirroredStrategy or "
+              "ParameterServerStrategy), or jax (Keras 3 on JAX across processes: "
+              "KERAS_BACKEND=jax and KERAS_DISTRIBUTION_* per process, chief and workers "
+              "only, collective). Absent: the script's own Keras."},
     "env": {"$ref": "#/$defs/env", "description": "Every task's environment (besides "
                                                    "TF_CONFIG and TFCLUSTER_*)."},
     "roles": {"type": "object", "description":
@@ -266,6 +276,7 @@ class Spec:
     batch_size: int | None = None
     backend: str = "local"
     strategy: str = "estimator"
+    keras: str | None = None           # "tf-keras", "jax" or None (the script's own)
     env: dict[str, str] = field(default_factory=dict)
     workdir: str | None = None
     run_dir: str | None = None
@@ -600,7 +611,8 @@ def validate(raw: Any, source: str | None = None, *, backends: Sequence[str]) ->
     backend = expect_str(spec_obj.get("backend", "local"), "backend")
     if backend not in backends:
         raise fail("backend", f"unknown backend {backend!r} (allowed: {', '.join(backends)})")
-    strategy = _parse_strategy(spec_obj, cluster)
+    keras = _parse_keras(spec_obj, cluster, evaluator)
+    strategy = _parse_strategy(spec_obj, cluster, keras)
     env = _parse_env(spec_obj["env"], "env") if "env" in spec_obj else {}
     timeouts = _parse_timeouts(spec_obj["timeouts"]) if "timeouts" in spec_obj else \
         dict(TIMEOUT_DEFAULTS)
@@ -621,6 +633,7 @@ def validate(raw: Any, source: str | None = None, *, backends: Sequence[str]) ->
         batch_size=batch_size,
         backend=backend,
         strategy=strategy,
+        keras=keras,
         env=env,
         workdir=expect_str(spec_obj["workdir"], "workdir") if "workdir" in spec_obj else None,
         run_dir=expect_str(spec_obj["run_dir"], "run_dir") if "run_dir" in spec_obj else None,
@@ -675,9 +688,42 @@ def _parse_steps(spec_obj: dict) -> tuple[int | None, int | None, int | None, in
             expect_int(spec_obj["batch_size"], "batch_size"))
 
 
-def _parse_strategy(spec_obj: dict, cluster: dict[str, list[Address]]) -> str:
+def _parse_keras(spec_obj: dict, cluster: dict[str, list[Address]],
+                 evaluator: Address | None) -> str | None:
+    """``keras``: tf-keras, jax or absent. Keras 3 on JAX is one collective of chief and
+    workers: no ps, no evaluator beside it (docs/keras.md)."""
+    if spec_obj.get("keras") is None:
+        return None
+    keras = expect_str(spec_obj["keras"], "keras")
+    if keras not in KERAS_ROUTES:
+        raise fail("keras", f"unknown Keras {keras!r} (allowed: {', '.join(KERAS_ROUTES)})")
+    if keras == KERAS_JAX:
+        if "ps" in cluster:
+            raise fail("keras", "jax runs chief and workers as one collective of JAX "
+                                "processes: it has no parameter servers (remove cluster.ps)")
+        if evaluator is not None:
+            raise fail("keras", "jax runs chief and workers as one collective of JAX "
+                                "processes: an evaluator cannot join it (remove evaluator; "
+                                "evaluate in the script, or in a job of its own)")
+        if "master" in cluster:
+            raise fail("keras", "jax takes chief and workers, not the legacy master")
+        if spec_obj.get("strategy", "multi_worker_mirrored") != "multi_worker_mirrored":
+            raise fail("keras", "jax training is collective: every process takes each step "
+                                "(strategy multi_worker_mirrored, the default; remove "
+                                "strategy)")
+    elif spec_obj.get("strategy") == "estimator":
+        raise fail("keras", "tf-keras is for TensorFlow 2 strategies (multi_worker_mirrored, "
+                            "parameter_server); an Estimator job runs on TensorFlow <= 2.15, "
+                            "whose tf.keras is Keras 2 already")
+    return keras
+
+
+def _parse_strategy(spec_obj: dict, cluster: dict[str, list[Address]],
+                    keras: str | None = None) -> str:
     n_trainers = sum(len(cluster.get(j, [])) for j in TRAINERS)
-    inferred = ("multi_worker_mirrored" if "ps" not in cluster and n_trainers > 1
+    inferred = ("multi_worker_mirrored" if "ps" not in cluster and
+                (n_trainers > 1 or keras is not None)
+                else "parameter_server" if keras is not None and "worker" in cluster
                 else "estimator")
     strategy = expect_str(spec_obj.get("strategy", inferred), "strategy")
     if strategy not in STRATEGIES:

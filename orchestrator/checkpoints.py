@@ -128,7 +128,7 @@ class CheckpointReader:
     """
 
     def __init__(self, model_dir: str, storage_options: dict[str, Any] | None = None,
-                 fs: Any = None, tf2_number_is_step: bool = False):
+                 fs: Any = None, tf2_number_is_step: bool = False, keras: bool = False):
         if fs is None:
             fs, root = url_to_fs(model_dir, **_fresh(model_dir, storage_options))
         else:
@@ -137,6 +137,8 @@ class CheckpointReader:
         self.fs = fs
         self.root = root.rstrip("/") or "/"
         self.tf2_number_is_step = tf2_number_is_step
+        self.keras = keras      # Keras 3's own files count as checkpoints (newest_keras)
+        self._keras_seen: dict[tuple[str, Any], Checkpoint] = {}
         self._verified: dict[str, Checkpoint] = {}   # complete checkpoints seen, by name
 
     def _path(self, name: str) -> str:
@@ -264,8 +266,39 @@ class CheckpointReader:
         return scan
 
     def newest_complete(self) -> Checkpoint | None:
-        """The newest complete checkpoint the state file names, or None."""
-        return self.scan().complete
+        """The newest complete checkpoint the state file names, or None; for a reader of
+        Keras 3's files (``keras``), without a state file, the newest of those."""
+        found = self.scan().complete
+        if found is None and self.keras:
+            found = self.newest_keras()
+        return found
+
+    def newest_keras(self) -> Checkpoint | None:
+        """The newest file Keras 3 saved into model_dir (``ModelCheckpoint``'s
+        ``.weights.h5`` or ``.keras``, ``BackupAndRestore``'s ``backup/latest.weights.h5``),
+        by modification time: its step is the optimizer's ``iterations`` it holds
+        (``keras_step``), None where it cannot be read. One listing per call; each file is
+        read once per modification. None when there is none."""
+        found = []
+        for pattern in KERAS_PATTERNS:
+            try:
+                found += [(path, self.fs.info(path))
+                          for path in self.fs.glob(self._path(pattern))]
+            except (FileNotFoundError, NotADirectoryError, OSError):
+                continue        # none, or one deleted between the listing and its info
+        if not found:
+            return None
+        path, info = max(found, key=lambda item: (_mtime(item[1]), item[0]))
+        key = (path, _mtime(info))
+        if key not in self._keras_seen:
+            name = path[len(self.root):].lstrip("/") if path.startswith(self.root) else \
+                path.rsplit("/", 1)[-1]
+            numbered = _TRAILING_NUMBER_RE.search(name.split(".", 1)[0])
+            step = keras_step(self.fs, path)
+            self._keras_seen = {key: Checkpoint(
+                name, self.url(name), int(numbered.group(1)) if numbered else -1, "keras", 1,
+                step, KERAS_STEP_KEY if step is not None else "name")}
+        return self._keras_seen[key]
 
 
 # Object stores whose fsspec implementations cache directory listings: a cached listing
@@ -290,6 +323,47 @@ def newest_complete(model_dir: str, storage_options: dict[str, Any] | None = Non
     """One-shot: the newest complete checkpoint in ``model_dir`` (any fsspec URL), or None."""
     return CheckpointReader(model_dir, storage_options,
                             tf2_number_is_step=tf2_number_is_step).newest_complete()
+
+
+KERAS_PATTERNS = ("*.weights.h5", "*.keras", "backup/latest.weights.h5")
+KERAS_STEP_KEY = "optimizer/vars/0"     # Keras 3's optimizer.iterations in a weights file
+
+
+def _mtime(info: dict[str, Any]) -> float:
+    """A file's modification time from an fsspec listing (local: mtime; S3: LastModified)."""
+    found = info.get("mtime", info.get("LastModified", info.get("updated", 0)))
+    if hasattr(found, "timestamp"):
+        return float(found.timestamp())
+    try:
+        return float(found or 0)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def keras_step(fs: Any, path: str) -> int | None:
+    """The optimizer's ``iterations`` (the step) in a Keras 3 file: a ``.weights.h5``, or
+    the ``model.weights.h5`` inside a ``.keras`` archive. Read with h5py, imported here
+    only (TensorFlow's and Keras' environments have it; None without it, or when the file
+    is not one Keras wrote, or is being written)."""
+    try:
+        import h5py  # type: ignore[import-untyped]
+    except ImportError:
+        return None
+    import io
+    import zipfile
+
+    try:
+        with fs.open(path, "rb") as f:
+            if path.endswith(".keras"):
+                with zipfile.ZipFile(f) as archive:
+                    data = io.BytesIO(archive.read("model.weights.h5"))
+            else:
+                data = io.BytesIO(f.read())
+        with h5py.File(data, "r") as h5:
+            value = h5.get(KERAS_STEP_KEY)
+            return int(value[()]) if value is not None and value.shape == () else None
+    except (OSError, KeyError, ValueError, TypeError, zipfile.BadZipFile):
+        return None
 
 
 STEP_KEYS = (

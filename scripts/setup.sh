@@ -2,6 +2,7 @@
 # Sets up everything tfcluster and its tests need, on a fresh Debian/Ubuntu machine.
 #   .venv      TensorFlow 2.15 (Estimator) + tfcluster + test tools; the launcher runs here
 #   .venv-tf2  TensorFlow 2.21 (ParameterServerStrategy, MultiWorkerMirroredStrategy)
+#   .venv-jax  jax + Keras 3 ("keras": "jax": Keras 3 on JAX across processes, docs/keras.md)
 # Idempotent: a second run only checks. SETUP_APT=0 skips the system packages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,9 +37,18 @@ tf2_env() {
   fi
   .venv-tf2/bin/python -c "import rich" 2>/dev/null || pipq .venv-tf2/bin/pip install -q rich
 }
+jax_env() {
+  if [[ ! -x .venv-jax/bin/python ]] || ! KERAS_BACKEND=jax .venv-jax/bin/python -c "import jax, keras, h5py, psutil" 2>/dev/null; then
+    echo "setup: .venv-jax (jax, Keras 3)"
+    "$PY" -m venv .venv-jax
+    pipq .venv-jax/bin/pip install -q "jax==0.10.2" "keras==3.15.1" fsspec psutil
+  fi
+}
 trap 'kill $(jobs -p) 2>/dev/null || true' EXIT    # a failed step leaves nothing installing
 tf2_env &
 tf2_pid=$!
+jax_env &
+jax_pid=$!
 
 if [[ ! -x .venv/bin/python ]] || ! .venv/bin/python -c "import tensorflow_estimator, pytest, s3fs" 2>/dev/null; then
   echo "setup: .venv (TensorFlow 2.15, tfcluster, test tools)"
@@ -60,6 +70,8 @@ if [[ ${SETUP_DOCKER_BASE:-1} == 1 && $(id -u) == 0 ]] && command -v debootstrap
 fi
 
 wait "$tf2_pid" || { echo "setup: .venv-tf2 failed" >&2; exit 1; }
+wait "$jax_pid" || { echo "setup: .venv-jax failed" >&2; exit 1; }
+KERAS_BACKEND=jax .venv-jax/bin/python -c "import jax, keras" || { echo "setup: .venv-jax is broken" >&2; exit 1; }
 pipq .venv-tf2/bin/pip install -q --no-deps -e . --config-settings editable_mode=compat   # after .venv's
 .venv-tf2/bin/python -c "import tf_keras, orchestrator" || { echo "setup: .venv-tf2 is broken" >&2; exit 1; }
 if [[ -n $base_pid ]] && ! wait "$base_pid"; then

@@ -288,7 +288,7 @@ class DockerBackend(PlacesGpus, Backend):
                                      "this machine (create it first)")
         view = self.launcher_view(plan.model_dir)
         if view is not None and view != plan.model_dir:
-            plan.storage = ModelDir(view, plan.storage.options)
+            plan.storage = ModelDir(view, plan.storage.options, plan.storage.keras)
         self._check_network(plan)
         # a Python task's script and TensorFlow, in the image (one container: one image,
         # the same mounts for every task); a missing program is the start's own line

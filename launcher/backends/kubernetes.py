@@ -62,6 +62,9 @@ INDEX_LABELS = {"tfjob": "training.kubeflow.org/replica-index",
                 "jobset": "batch.kubernetes.io/job-completion-index",
                 "plain": "batch.kubernetes.io/job-completion-index"}
 INDEX_ENV = "TFCLUSTER_INDEX"
+# a worker's place among the trainers (and, for "keras": "jax", among JAX's processes):
+# its index, or its index + 1 behind a chief
+PROCESS_INDEX = ("TFCLUSTER_SHARD_INDEX", "KERAS_DISTRIBUTION_PROCESS_ID")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 POLL_EVERY = 1.0                  # seconds between `kubectl get pods` calls
 # The API server stores an object in etcd, whose requests are limited to 1.5 MiB by default
@@ -292,7 +295,7 @@ class KubernetesBackend(Backend, EngineJob, Follower):
             if key in own:
                 out.append({"name": key, "value": value})
                 continue
-            if key == "TFCLUSTER_SHARD_INDEX" and value != "0":
+            if key in PROCESS_INDEX and value != "0":
                 shift = True                        # index + 1: computed by the command
                 continue
             entry = self._pod_value(key, value.replace("$(", "$$("), role, mode)
@@ -316,7 +319,7 @@ class KubernetesBackend(Backend, EngineJob, Follower):
                 "fieldPath": f"metadata.labels['{JOBSET_RESTARTS}']"}}}
         elif key == "TFCLUSTER_TASK":
             value = f"{role}:$({INDEX_ENV})"
-        elif key == "TFCLUSTER_SHARD_INDEX" and role == "worker":
+        elif key in PROCESS_INDEX and role == "worker":
             value = f"$({INDEX_ENV})"
         return {"name": key, "value": value}
 
@@ -325,8 +328,10 @@ class KubernetesBackend(Backend, EngineJob, Follower):
         env, shift = self._env(plan, role, redact)
         command = list(task.raw_command or task.command)    # the kubelet expands $(VAR)
         if shift:
+            keras = "export KERAS_DISTRIBUTION_PROCESS_ID=$TFCLUSTER_SHARD_INDEX; " \
+                if "KERAS_DISTRIBUTION_PROCESS_ID" in task.env else ""
             command = ["/bin/sh", "-c", f"export TFCLUSTER_SHARD_INDEX=$(({INDEX_ENV} + 1)); "
-                       'exec "$@"', "sh", *command]
+                       f'{keras}exec "$@"', "sh", *command]
         c: dict[str, Any] = {"name": CONTAINER, "image": self.options.image,
                              "imagePullPolicy": self.options.image_pull_policy,
                              "command": command, "env": env,

@@ -587,6 +587,15 @@ if spec is not None:
                 pass
     except ImportError:
         pass
+if ask.get("keras"):
+    from importlib import metadata
+    for module, name in (("tf_keras", "tf-keras"), ("jax", "jax"), ("keras", "keras")):
+        out[module] = None
+        if importlib.util.find_spec(module) is not None:
+            try:
+                out[module] = metadata.version(name)
+            except metadata.PackageNotFoundError:
+                out[module] = "unknown"
 if ask.get("tensorboard"):
     out["tensorboard"] = bool(importlib.util.find_spec("tensorboard") or
                               shutil.which("tensorboard"))
@@ -634,18 +643,22 @@ def environment_problems(item, cwd, path):
     if problem is not None:
         return [problem], None
     imports_tf = bool(IMPORTS_TF.search(source))
-    if not (imports_tf or item.get("tensorboard")):
+    # the spec's Keras route is checked in the task's own interpreter only (a wrapper's
+    # python3 on PATH may not be the one the wrapper runs)
+    keras = item.get("keras") if PYTHON_NAME.match(os.path.basename(argv[0])) else None
+    if not (imports_tf or item.get("tensorboard") or keras):
         return [], None
     model_dir = item.get("model_dir") if imports_tf else None
     ask = {"model_dir": model_dir, "tfio": bool(IMPORTS_TFIO.search(source)),
-           "tensorboard": bool(item.get("tensorboard"))}
+           "tensorboard": bool(item.get("tensorboard")), "keras": keras}
     python = _checking_python(argv, cwd, path)
     found = _ask_interpreter(python, ask, item.get("env") or {}, cwd)
     if "error" in found:
         return [shown(argv[0]) + " cannot answer the environment check: " +
                 found["error"]], None
     problems = _answer_problems(found, python, script, imports_tf, model_dir,
-                                bool(item.get("tensorboard")))
+                                bool(item.get("tensorboard"))) + keras_problems(found, python,
+                                                                                keras)
     return problems, found.get("tf") if imports_tf else None
 
 
@@ -690,6 +703,35 @@ def _answer_problems(found, python, script, imports_tf, model_dir, tensorboard):
         problems.append("no tensorboard for " + shown(python) + " (the spec asks for "
                         "TensorBoard): pip install tensorboard into that environment")
     return problems
+
+
+def keras_problems(found, python, keras):
+    """What keeps the spec's ``keras`` route from running with ``python``: tf-keras needs
+    TensorFlow and a tf-keras of the same major.minor version (pip installs tf-keras with
+    --no-deps: its own dependencies would pull another TensorFlow); jax needs jax and
+    Keras 3."""
+    route = ' (the spec\'s "keras": "' + str(keras) + '")'
+    if keras == "tf-keras":
+        tf, tf_keras = found.get("tf"), found.get("tf_keras")
+        if tf is None:
+            return [shown(python) + " cannot import tensorflow" + route + ": install "
+                    "TensorFlow and tf-keras of the same version for that interpreter"]
+        want = ".".join(tf.split(".")[:2])
+        fix = ": pip install --no-deps 'tf-keras==" + want + ".*'"
+        if tf_keras is None:
+            return [shown(python) + " has TensorFlow " + tf + " but no tf-keras" + route + fix]
+        if tf != "unknown" and ".".join(tf_keras.split(".")[:2]) != want:
+            return ["tf-keras " + tf_keras + " of " + shown(python) + " does not match its "
+                    "TensorFlow " + tf + route + fix]
+    if keras == "jax":
+        if found.get("jax") is None:
+            return [shown(python) + " cannot import jax" + route + ": pip install jax keras "
+                    "into that environment"]
+        version = found.get("keras") or ""
+        if not version.split(".")[0].isdigit() or int(version.split(".")[0]) < 3:
+            return [shown(python) + " has " + ("Keras " + version if version else "no Keras")
+                    + route + ": Keras 3 is needed: pip install 'keras>=3'"]
+    return []
 
 
 def _filesystem_hint(url):

@@ -79,8 +79,19 @@ def _verdict(state: dict, summary: dict) -> dict[str, Any]:
             "reason": state.get("reason") or summary.get("reason"),
             "training": _text(summary.get("training")),
             "evaluation": _text(summary.get("evaluation")),
+            "known_failure": _known(summary.get("known_failure")),
             "cut_short": [c for c in summary.get("cut_short") or [] if isinstance(c, str)],
             "notes": [n for n in summary.get("notes") or [] if isinstance(n, str)]}
+
+
+def _known(found: Any) -> dict[str, str] | None:
+    """summary.json's known failure (launcher/output/known_failures.py): its name, the task,
+    the cause and the fix, each a line."""
+    if not isinstance(found, dict):
+        return None
+    doc = {k: found.get(k) for k in ("name", "task", "cause", "fix")}
+    return {k: str(v) for k, v in doc.items()} if all(isinstance(v, str)
+                                                      for v in doc.values()) else None
 
 
 def _eta(progress: dict) -> float | None:

@@ -22,6 +22,7 @@ from typing import IO, Any, Callable
 
 from launcher.output.noise import NoiseFilter, latest_state
 from launcher.output.pipes import write
+from launcher.output.tracebacks import fold_data
 from launcher.output.trainer_steps import TrainerSteps
 from orchestrator.roles import TRAINERS
 
@@ -88,8 +89,8 @@ class Console:
         failure the launcher handled, the ``fold`` lines instead (launcher lines)."""
         with self.lock:
             _, lines = self.held.pop(name, (None, []))
-        if fold is None:
-            for line in lines:
+        if fold is None:       # a tensor's values in the message: a line says where
+            for line in fold_data(lines, "in the task's log"):
                 self.print_task_line(name, line)
         elif lines:
             for line in fold:

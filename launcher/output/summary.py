@@ -179,10 +179,11 @@ def lost_row(entry: dict[str, Any]) -> str:
     return line
 
 
-def summary_doc(result: JobResult, closing: Closing, rows: list[dict[str, Any]]
-                ) -> dict[str, Any]:
-    """summary.json; ``rows``: one per task (task_rows)."""
-    return {"status": result.status, "reason": result.reason,
+def summary_doc(result: JobResult, closing: Closing, rows: list[dict[str, Any]],
+                known: dict[str, str] | None = None) -> dict[str, Any]:
+    """summary.json; ``rows``: one per task (task_rows); ``known``: the known failure a
+    failed task ended with (launcher/output/known_failures.py)."""
+    return {"status": result.status, "reason": result.reason, "known_failure": known,
             "duration": round(result.duration, 3),
             "training": training_of(result), "evaluation": evaluation_of(result, closing),
             "status_rule": STATUS_RULE, **closing.to_dict(),

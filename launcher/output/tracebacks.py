@@ -39,6 +39,7 @@ class Excerpt:
     first_line: int = 1         # line number of lines[0] in the log
     chain: tuple[str, ...] = ()  # the exception lines of the whole chain, causes first
     library_frame: str | None = None    # the innermost frame, when a library's (TF's)
+    frames: tuple[str, ...] = ()  # every frame, outermost first: 'train.py, line 42, in f'
 
     @property
     def raised_in(self) -> str | None:
@@ -77,10 +78,12 @@ def last_exception(lines: Sequence[str], first_line: int = 1) -> Excerpt | None:
 def _block(lines: Sequence[str], start: int, first_line: int) -> Excerpt | None:
     """The exception of the traceback that starts at ``lines[start]``."""
     frame = library = None
+    frames: list[str] = []
     for i in range(start + 1, len(lines)):
         line = lines[i]
-        m = _FRAME.match(line)
+        m = _FRAME.match(_strip_prefix(line) if line.startswith("[") else line)
         if m:
+            frames.append(f"{m['file']}, line {m['line']}, in {m['func']}")
             if _LIBRARY.search(m["file"]):
                 library = f"{os.path.basename(m['file'])}, line {m['line']}, in {m['func']}"
             else:
@@ -90,7 +93,8 @@ def _block(lines: Sequence[str], start: int, first_line: int) -> Excerpt | None:
             continue            # source lines, ^^^ markers, blank lines inside the traceback
         text = _strip_prefix(line)
         if _EXCEPTION.match(text):
-            return Excerpt(text, first_line + start, frame, first_line, library_frame=library)
+            return Excerpt(text, first_line + start, frame, first_line, library_frame=library,
+                           frames=tuple(frames))
     return None
 
 
@@ -99,10 +103,52 @@ def _strip_prefix(line: str) -> str:
     return re.sub(r"^\[[\w:-]+\] ", "", line).rstrip()
 
 
-def tail_box(lines: Iterable[str]) -> list[str]:
+def tail_box(lines: Iterable[str], excerpt: Excerpt | None = None) -> list[str]:
     """A failed task's last lines as the failure tail shows them: without TensorFlow's
-    start-up banners (oneDNN, CPU features, CUDA, absl's), which say nothing of the error."""
-    return [line for line in lines if not is_banner(line)]
+    start-up banners (oneDNN, CPU features, CUDA, absl's), which say nothing of the error.
+    When they are data (a tensor's values dumped in the exception's message) and the
+    traceback is known, its frames and exception line instead."""
+    kept = [line for line in lines if not is_banner(line)]
+    data = sum(1 for line in kept if is_data(line))
+    if excerpt is None or not excerpt.frames or data < max(DATA_RUN, len(kept) // 2):
+        return kept
+    first = excerpt.exception
+    if len(first) > DATA_LINE_MAX:
+        first = first[:DATA_LINE_MAX - 1] + "…"
+    return [TRACEBACK, *(f"  File {frame}" for frame in excerpt.frames), first,
+            f"({data} of the last {len(kept)} lines are data: a tensor's values)"]
+
+
+# A line of a tensor's or an array's values: numbers, brackets, commas, and the words
+# around them ("<tf.Tensor: shape=(16, 8), dtype=float32, numpy=", "array([", "dtype=...").
+_DATA_WORDS = re.compile(r"<tf\.Tensor:.*?numpy=|array\(|dtype=\w+|\)>|\.\.\.|\bnan\b|"
+                         r"\binf\b|\bTrue\b|\bFalse\b|^\[[\w:-]+\] ")
+_NUMBERS = re.compile(r"^[\s\[\](){},.:;0-9eE+\-]*$")
+DATA_RUN = 4            # data lines in a row folded into one line
+DATA_LINE_MAX = 240     # characters of an exception line shown beside data
+
+
+def is_data(line: str) -> bool:
+    """Whether ``line`` is part of a tensor's or array's values printed in full."""
+    return any(c.isdigit() for c in line) and bool(_NUMBERS.match(_DATA_WORDS.sub(" ", line)))
+
+
+def fold_data(lines: Sequence[str], where: str) -> list[str]:
+    """``lines`` with each run of DATA_RUN or more data lines folded into one line that
+    says how many there were and ``where`` they are (the task's log)."""
+    out: list[str] = []
+    run: list[str] = []
+    for line in [*lines, ""]:
+        if line and is_data(line):
+            run.append(line)
+            continue
+        if len(run) >= DATA_RUN:
+            out.append(f"  … {len(run)} lines of data (a tensor's values): {where}")
+        else:
+            out += run
+        run = []
+        out.append(line)
+    return out[:-1]
 
 
 def read_log_end(path: str, max_bytes: int = LOG_READ_BYTES) -> tuple[list[str], int]:

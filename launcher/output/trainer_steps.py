@@ -7,7 +7,8 @@ Read from every task line, also those the console hides (launcher/output/noise.p
 - Estimator's and ``LoggingTensorHook``'s ``loss = 0.69, step = 101 (0.3 sec)``: the global
   step;
 - Keras' bar (``35/70 [=====>....] - ETA: 1s``, Keras 3's ``35/70 ━━━━━ 0s 5ms/step``)
-  after ``Epoch 2/3``: step (epoch - 1) · steps per epoch + 35;
+  after ``Epoch 2/3``: step (epoch - 1) · steps per epoch + 35; with ``verbose=2``, the
+  epoch's one line (``70/70 - 1s - 13ms/step - loss: 0.69``);
 - ``global_step/sec: 41.2`` (``MonitoredTrainingSession``'s step counter): no step, a rate;
   steps since a known step are estimated from it (``estimate``), and say so.
 
@@ -32,7 +33,8 @@ from typing import Callable
 STEP_LINE = re.compile(r"\bstep = (\d+)\b|Current value \(could be stable\): (\d+)")
 RATE_LINE = re.compile(r"\bglobal_step/sec: ([0-9]+(?:\.[0-9]*)?(?:[eE][-+]?\d+)?)")
 EPOCH_LINE = re.compile(r"^Epoch (\d+)/(\d+)\s*$")
-BAR_LINE = re.compile(r"^\s*(\d+)/(\d+|Unknown)\s+(?:\[[=>.]*\]|━)")
+# the bar (verbose=1), or the line per epoch of verbose=2 ("4/4 - 0s - 13ms/step - loss: ...")
+BAR_LINE = re.compile(r"^\s*(\d+)/(\d+|Unknown)\s+(?:\[[=>.]*\]|━|- \d)")
 OWN_MODEL_DIR = re.compile(r"Using config: \{'_model_dir': '([^']+)'|"
                            r"Using temporary folder as model directory: (\S+)")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")

@@ -180,6 +180,23 @@ CASES: list[tuple[str, object, list[str], str]] = [
          "multi_worker_mirrored)"),
     ("pss-without-worker", {"cluster": {"chief": 1, "ps": 1}, "strategy": "parameter_server"},
      [], E + "strategy: parameter_server needs at least one ps and one worker"),
+    ("keras-unknown", {"keras": "keras3"}, [],
+     E + "keras: unknown Keras 'keras3' (allowed: tf-keras, jax)"),
+    ("keras-jax-with-ps", {"keras": "jax"}, [],
+     E + "keras: jax runs chief and workers as one collective of JAX processes: it has no "
+         "parameter servers (remove cluster.ps)"),
+    ("keras-jax-with-evaluator", {"keras": "jax", "cluster": {"worker": 2},
+                                  "evaluator": "localhost"}, [],
+     E + "keras: jax runs chief and workers as one collective of JAX processes: an evaluator "
+         "cannot join it (remove evaluator; evaluate in the script, or in a job of its own)"),
+    ("keras-jax-pss", {"keras": "jax", "cluster": {"worker": 2},
+                       "strategy": "parameter_server"}, [],
+     E + "keras: jax training is collective: every process takes each step (strategy "
+         "multi_worker_mirrored, the default; remove strategy)"),
+    ("keras-tf-keras-estimator", {"keras": "tf-keras", "strategy": "estimator"}, [],
+     E + "keras: tf-keras is for TensorFlow 2 strategies (multi_worker_mirrored, "
+         "parameter_server); an Estimator job runs on TensorFlow <= 2.15, whose tf.keras is "
+         "Keras 2 already"),
     ("check-storage-string", {"check_storage": "yes"}, [],
      E + "check_storage: must be true or false, got a string"),
     ("tf-config-model-dir-string", {"tf_config_model_dir": "no"}, [],

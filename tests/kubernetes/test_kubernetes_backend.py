@@ -410,3 +410,26 @@ def test_the_type_says_what_a_kubernetes_backend_can_do():
         assert isinstance(backend, Submits) is submits, mode
         assert isinstance(backend, EngineJob) and isinstance(backend, Follower)
         assert backend.options.mode == mode
+
+
+@pytest.mark.parametrize("cluster", [{"worker": 3}, {"chief": 1, "worker": 2}])
+def test_keras_jax_gives_each_pod_its_own_process_id(tmp_path, cluster):
+    """"keras": "jax" (docs/keras.md): one template per role, each pod its place among
+    JAX's processes, as the kubelet and the container's shell make it."""
+    _, objects = rendered(tmp_path, "jobset", cluster=cluster, keras="jax", evaluator=None)
+    ids = []
+    for pod in pods("jobset", objects):
+        container = next(r["template"]["spec"]["template"]["spec"]["containers"][0]
+                         for o in objects if o["kind"] == "JobSet"
+                         for r in o["spec"]["replicatedJobs"] if r["name"] == pod["role"])
+        command = container["command"]
+        if command[:2] == ["/bin/sh", "-c"]:
+            probe = command[:4] + ["printenv", "KERAS_DISTRIBUTION_PROCESS_ID"]
+            done = subprocess.run(probe, env=pod["env"], capture_output=True, text=True,
+                                  check=True)
+            ids.append(done.stdout.strip())
+        else:
+            ids.append(pod["env"]["KERAS_DISTRIBUTION_PROCESS_ID"])
+        assert pod["env"]["KERAS_DISTRIBUTION_NUM_PROCESSES"] == "3"
+        assert pod["env"]["KERAS_DISTRIBUTION_JOB_ADDRESSES"].count(",") == 2
+    assert sorted(ids) == ["0", "1", "2"]

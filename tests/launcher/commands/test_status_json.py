@@ -82,7 +82,7 @@ def test_an_ended_run_has_its_verdict_and_no_rate(tmp_path, capsys, monkeypatch)
     assert code == 0 and doc["state"] == "succeeded"
     assert doc["verdict"] == {"status": 0, "reason": "training finished and every task ended",
                               "training": "finished", "evaluation": "evaluated",
-                              "cut_short": [], "notes": ["a note"]}
+                              "known_failure": None, "cut_short": [], "notes": ["a note"]}
     assert doc["step"] == 400 and doc["rate"] is None and doc["eta"] is None
     assert doc["preemption"] == {"step_reached": 410, "step_saved": 400, "steps_lost": 10}
     assert [(t["task"], t["state"], t["exit"], t["stopped"]) for t in doc["tasks"]] == [

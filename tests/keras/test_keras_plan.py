@@ -1,0 +1,118 @@
+"""What the spec's ``keras`` route gives each task (launcher/plan.py's keras_env), the
+collective it makes of a Keras 3 JAX job, the environment check's words for a host that
+lacks the route's packages (remote_bootstrap.keras_problems), and Keras 3's own files
+read as checkpoints (orchestrator/checkpoints.py: optimizer iterations in the .h5)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+
+from launcher.api import parse_spec
+from launcher.backends.remote_bootstrap import keras_problems
+from launcher.plan import build_plan
+from launcher.restarts import RestartBook
+from orchestrator.checkpoints import CheckpointReader
+from orchestrator.decisions import CLUSTER
+
+
+def plan_of(doc: dict):
+    ports = itertools.count(40000)
+    return build_plan(parse_spec(json.dumps(doc)), port_for=lambda host: next(ports))
+
+
+BASE = {"command": ["python", "t.py"], "model_dir": "m", "max_steps": 100}
+
+
+def test_jax_gives_every_process_its_place_and_the_first_trainer_is_the_coordinator():
+    plan = plan_of({**BASE, "cluster": {"chief": 1, "worker": 2}, "keras": "jax"})
+    assert plan.synchronous and plan.keras == "jax"
+    addresses = "localhost:40000,localhost:40001,localhost:40002"
+    assert [t.address for t in plan.tasks] == addresses.split(",")
+    for process, task in enumerate(plan.tasks):
+        assert {k: v for k, v in task.env.items() if k.startswith("KERAS_")} == {
+            "KERAS_BACKEND": "jax", "KERAS_DISTRIBUTION_JOB_ADDRESSES": addresses,
+            "KERAS_DISTRIBUTION_NUM_PROCESSES": "3",
+            "KERAS_DISTRIBUTION_PROCESS_ID": str(process)}
+        assert "TF_USE_LEGACY_KERAS" not in task.env
+    assert plan.storage.keras and plan.storage.reader().keras
+
+
+def test_a_single_jax_worker_is_a_collective_of_one():
+    plan = plan_of({**BASE, "cluster": {"worker": 1}, "keras": "jax"})
+    assert plan.strategy == "multi_worker_mirrored"
+    assert plan.tasks[0].env["KERAS_DISTRIBUTION_NUM_PROCESSES"] == "1"
+
+
+def test_tf_keras_sets_legacy_keras_for_every_task_and_infers_the_strategy():
+    mwms = plan_of({**BASE, "cluster": {"worker": 2}, "keras": "tf-keras"})
+    assert [t.env["TF_USE_LEGACY_KERAS"] for t in mwms.tasks] == ["1", "1"]
+    assert not any(k.startswith("KERAS_") for t in mwms.tasks for k in t.env)
+    assert not mwms.storage.keras
+    pss = plan_of({**BASE, "cluster": {"chief": 1, "worker": 1, "ps": 1},
+                   "keras": "tf-keras"})
+    assert pss.strategy == "parameter_server"     # Keras has no Estimator strategy
+    assert {t.env["TF_USE_LEGACY_KERAS"] for t in pss.tasks} == {"1"}
+    plain = plan_of({**BASE, "cluster": {"worker": 2}})
+    assert plain.keras is None and "TF_USE_LEGACY_KERAS" not in plain.tasks[0].env
+
+
+def test_a_failed_jax_process_restarts_the_whole_group():
+    plan = plan_of({**BASE, "cluster": {"worker": 2}, "keras": "jax"})
+    verdict = RestartBook(dict(plan.restart), synchronous=plan.synchronous).judge_exit(
+        "worker", "worker:1", -9, [], False)
+    assert verdict.scope == CLUSTER
+
+
+@pytest.mark.parametrize("found, keras, words", [
+    ({"tf": "2.21.0", "tf_keras": "2.21.0"}, "tf-keras", None),
+    ({"tf": "2.21.0", "tf_keras": None}, "tf-keras",
+     "has TensorFlow 2.21.0 but no tf-keras (the spec's \"keras\": \"tf-keras\"): pip install "
+     "--no-deps 'tf-keras==2.21.*'"),
+    ({"tf": "2.21.0", "tf_keras": "2.20.1"}, "tf-keras",
+     "tf-keras 2.20.1 of /p/python does not match its TensorFlow 2.21.0"),
+    ({"tf": None}, "tf-keras", "cannot import tensorflow"),
+    ({"jax": "0.10.2", "keras": "3.15.1"}, "jax", None),
+    ({"jax": None, "keras": "3.15.1"}, "jax", "cannot import jax"),
+    ({"jax": "0.10.2", "keras": "2.15.0"}, "jax", "has Keras 2.15.0"),
+])
+def test_the_environment_check_names_what_the_route_lacks(found, keras, words):
+    problems = keras_problems(found, "/p/python", keras)
+    if words is None:
+        assert problems == []
+    else:
+        assert len(problems) == 1 and words in problems[0]
+
+
+def test_keras_3_files_are_checkpoints_with_their_step_only_for_a_keras_reader(tmp_path):
+    h5py = pytest.importorskip("h5py")
+    with h5py.File(tmp_path / "ckpt-1.weights.h5", "w") as f:
+        f["optimizer/vars/0"] = 40
+    found = CheckpointReader(str(tmp_path), keras=True).newest_complete()
+    assert found is not None and (found.name, found.step, found.layout) == \
+        ("ckpt-1.weights.h5", 40, "keras")
+    assert CheckpointReader(str(tmp_path)).newest_complete() is None
+    (tmp_path / "ckpt-2.weights.h5").write_bytes(b"\x89HDF being written")
+    newest = CheckpointReader(str(tmp_path), keras=True).newest_complete()
+    assert newest is not None and (newest.name, newest.step) == ("ckpt-2.weights.h5", None)
+
+
+def test_keras_verbose_2_lines_count_steps_across_epochs():
+    from support import FakeClock
+
+    from launcher.output.trainer_steps import TrainerSteps
+
+    steps = TrainerSteps(FakeClock())
+    for line in ["Epoch 1/2", "4/4 - 1s - 339ms/step - loss: 0.7049",       # Keras 3 (JAX)
+                 "Epoch 2/2", "4/4 - 0s - 13ms/step - loss: 0.7008"]:
+        steps.see("worker:0", line)
+    assert steps.newest().step == 8
+    legacy = TrainerSteps(FakeClock())
+    for line in ["Epoch 2/2", "5/5 - 0s - loss: 0.7019 - accuracy: 0.5813 - 111ms/epoch"]:
+        legacy.see("worker:1", line)                                      # tf-keras
+    assert legacy.newest().step == 10
+    other = TrainerSteps(FakeClock())
+    other.see("chief:0", "3/10 - copied")       # a count, but no time after it
+    assert other.newest() is None
