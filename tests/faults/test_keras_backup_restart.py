@@ -13,7 +13,9 @@ import pytest
 from support import PY_TF221, events, run_dir, run_launch
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
-SCRIPT = str(Path(__file__).with_name("jobs") / "keras_backup_mwms.py")
+# The preemption tests' Keras job, 4 epochs of 3 steps, worker:1 killed after epoch 1's backup
+SCRIPT = str(Path(__file__).parents[1] / "preemption" / "jobs" / "keras_mwms_backup.py")
+ENV = {"STEPS_PER_EPOCH": "3", "EPOCHS": "4", "PACE_SECS": "0", "KILL_AFTER_EPOCH": "1"}
 
 
 def test_a_killed_mwms_worker_restarts_the_cluster_and_keras_resumes_from_its_backup(
@@ -21,7 +23,7 @@ def test_a_killed_mwms_worker_restarts_the_cluster_and_keras_resumes_from_its_ba
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({
         "name": "keras-backup", "cluster": {"worker": 2}, "strategy": "multi_worker_mirrored",
-        "command": [PY_TF221, SCRIPT], "model_dir": str(tmp_path / "model"),
+        "command": [PY_TF221, SCRIPT], "env": ENV, "model_dir": str(tmp_path / "model"),
         "run_dir": str(tmp_path / "runs")}))
     done = run_launch(str(spec), timeout=400)
     assert done.returncode == 0, done.stderr
