@@ -60,10 +60,12 @@ class ModelDirFollower:
         return out
 
     def _list_events(self) -> None:
-        try:
-            found = self.fs.find(self.root, maxdepth=EVENTS_DEPTH)
-        except (OSError, ValueError):
-            return
+        found: list[str] = []
+        for depth in range(EVENTS_DEPTH):
+            try:
+                found += self.fs.glob(f"{self.root}/{'*/' * depth}{EVENTS_PREFIX}*")
+            except (OSError, ValueError):
+                return
         for path in found:
             parent, _, name = path.rstrip("/").rpartition("/")
             if not name.startswith(EVENTS_PREFIX) or path in self.prefixes:
@@ -75,9 +77,7 @@ class ModelDirFollower:
     def _new_scalars(self, path: str) -> list[dict[str, Any]]:
         start = self.offsets.get(path, 0)
         try:
-            with self.fs.open(path, "rb") as f:
-                f.seek(start)
-                data = f.read(READ_MAX)
+            data = self.fs.cat_file(path, start, start + READ_MAX)
         except (OSError, ValueError):
             return []
         out, end = [], 0

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 RUN_FILE = ".tfcluster-mlflow.json"     # beside model_dir's lease: the MLflow run's id
 UNLOGGED_FILE = "tracking_unlogged.jsonl"
 LOOK_EVERY = 5.0            # s between two looks at model_dir (and two log-batch requests)
-FINISH_WAIT = 60.0          # s the launcher waits at most at the end for the last requests
+FINISH_WAIT = 30.0          # s the launcher waits at most at the end for the last requests
 QUEUE_MAX = 10_000          # events waiting for the thread; beyond, they are counted lost
 PENDING_MAX = 100_000       # metrics kept while the run cannot be opened yet
 REPORT_TIMEOUT = 60.0       # s for `launch report` to draw the chart
@@ -72,6 +72,8 @@ class Tracker:
         self.unlogged = 0           # requests (or events) the server did not take
         self.lost_events = 0
         self.said_failure = False
+        self.ending = False         # in _end: after one failed request, no more are tried
+        self.given_up = False
         self.step: int | None = None
         self.restarts = 0
         self._rate_step: int | None = None
@@ -228,6 +230,10 @@ class Tracker:
 
         if not metrics and not tags:
             return
+        if self.given_up:
+            self._not_logged("metrics", metrics, "the server failed at the job's end",
+                             tags=tags)
+            return
         if self.run_id is None:
             room = PENDING_MAX - len(self.pending)
             self.pending += metrics[:room]
@@ -245,6 +251,7 @@ class Tracker:
         """The verdict, the exit status, the artifacts and the run's status."""
         from launcher.tracking.rest import TrackingError
 
+        self.ending = True
         if self.run_id is None:
             self._open()            # the server may be back
         if self.run_id is None:
@@ -262,6 +269,8 @@ class Tracker:
         self._artifacts(end.get("spec"))
         assert self.client is not None
         try:
+            if self.given_up:
+                raise TrackingError("the server failed at the job's end")
             self.client.update_run(self.run_id, STATUS.get(end["verdict"], "FAILED"),
                                    int(time.time() * 1000))
         except TrackingError as e:
@@ -287,6 +296,9 @@ class Tracker:
                 continue
             name = os.path.basename(path) if path != spec_path else \
                 "spec/" + os.path.basename(path)
+            if self.given_up:
+                self._not_logged("artifact", [name], "the server failed at the job's end")
+                continue
             try:
                 self.client.upload(self.artifact_uri, name, data)
             except TrackingError as e:
@@ -304,6 +316,7 @@ class Tracker:
 
     # ------------------------------------------------------------ failures and records
     def _failed(self, why: str) -> None:
+        self.given_up = self.ending
         if self.said_failure:
             return
         self.said_failure = True
