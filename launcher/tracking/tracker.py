@@ -385,14 +385,16 @@ def run_params(spec: Spec, plan: JobPlan, command: list[str] | None) -> dict[str
 def masked_argv(argv: list[str]) -> list[str]:
     """``argv`` with the values of secret-looking options masked: ``--token=X``,
     ``--api-key X``."""
+    def secret_option(name: str) -> bool:
+        return name.startswith("-") and is_secret(name.lstrip("-").replace("-", "_"))
+
     out: list[str] = []
     for arg in argv:
-        if out and out[-1].startswith("-") and "=" not in out[-1] and is_secret(out[-1]):
+        if out and "=" not in out[-1] and secret_option(out[-1]):
             out.append(MASK)
             continue
         name, eq, _ = arg.partition("=")
-        out.append(f"{name}={MASK}" if eq and name.startswith("-") and is_secret(name)
-                   else arg)
+        out.append(f"{name}={MASK}" if eq and secret_option(name) else arg)
     return out
 
 
