@@ -15,7 +15,16 @@ from pathlib import Path
 
 import pytest
 from infra.mlflow_server import read_run, start_mlflow
-from support import PY_TF215, REPO, launch_cmd, run_launch, wait_gone
+from support import (
+    PY_TF215,
+    REPO,
+    cancelled_on_exit,
+    detach,
+    launch_cmd,
+    run_launch,
+    wait_gone,
+    wait_state,
+)
 
 from launcher.signals import PREEMPTED
 
@@ -180,3 +189,21 @@ def test_server_stopped_mid_run(tmp_path):
     assert "status" in what and "artifact" in what, what
     state = json.loads((run_dir / "state.json").read_text())
     assert state["tracking"]["mlflow"]["unlogged"] == len(unlogged)
+
+
+def test_detached_run_is_logged_by_the_detached_launcher(tmp_path, mlflow_server, runs):
+    doc = json.loads(paced_spec(tmp_path, mlflow_server.url, "detached", 120).read_text())
+    doc.pop("run_dir")
+    doc["env"]["PACE_SECS"] = "0"
+    spec = tmp_path / "detached.json"
+    spec.write_text(json.dumps(doc))
+    with cancelled_on_exit(tmp_path, runs):
+        run_id = detach(spec, runs)
+        state = wait_state(tmp_path, run_id, ("succeeded", "failed", "cancelled"), 300)
+    assert state["state"] == "succeeded", state.get("reason")
+    link = json.loads(run_launch("status", run_id, "--json", env=runs).stdout)["mlflow"]
+    run = read_run(mlflow_server.url, link["run_id"])
+    assert run["status"] == "FINISHED" and run["tags"]["tfcluster.run_id"] == run_id
+    assert run["history"]["train/loss"] and "summary.json" in run["artifacts"]
+    log = (tmp_path / "runs" / run_id / "launcher.log").read_text()
+    assert f"MLflow: {link['url']} (new run)" in log
