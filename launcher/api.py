@@ -394,7 +394,8 @@ def execute(spec: Spec, backend: Backend, plan: JobPlan, command: list[str] | No
 
 def _start_tracking(run: Attached) -> None:
     """The run's MLflow tracker (launcher/tracking/), when tracking is on: an observer of
-    the run's events on a thread of its own, started before the tasks are."""
+    the run's events (queued from now on) on a thread of its own, started once every task
+    runs (its imports and requests are not on the way to their start)."""
     target = tracking_target(run.spec)
     if target is None:
         return
@@ -407,7 +408,7 @@ def _start_tracking(run: Attached) -> None:
                           record=lambda doc: state.update(tracking=doc),
                           progress=lambda: state.doc.get("progress"))
     run.events.observers.append(run.tracker.on_event)
-    run.tracker.start()
+    state.on_running = _then(run.tracker.start, state.on_running)   # once every task runs
 
 
 def _end_tracking(run: Attached, status: int, reason: str, state: RunState) -> None:

@@ -77,10 +77,15 @@ class Tracker:
         self.step: int | None = None
         self.restarts = 0
         self._rate_step: int | None = None
+        self._starting = threading.Lock()
 
     # ------------------------------------------------------------ the loop's thread
     def start(self) -> None:
-        self.thread.start()
+        """Start the thread (once): when every task runs, so that its imports and first
+        requests are not on the way to the tasks' start; at the latest, at ``finish``."""
+        with self._starting:
+            if not self.thread.is_alive() and self.thread.ident is None:
+                self.thread.start()
 
     def on_event(self, event: str, fields: dict[str, Any]) -> None:
         """RunLog's observer: queued, never blocks."""
@@ -93,6 +98,7 @@ class Tracker:
                wait: float = FINISH_WAIT) -> None:
         """The run ended: the thread logs the end and the artifacts; waits at most
         ``wait`` s for it (what it did not send by then is recorded as not logged)."""
+        self.start()        # a job that ended before every task ran
         try:
             self.queue.put(("_finish", {"status": status, "verdict": verdict,
                                         "reason": reason, "spec": spec_path}), timeout=wait)
@@ -261,12 +267,12 @@ class Tracker:
                              status=end["status"])
             return
         self.preemptions += end["verdict"] in PREEMPTED
+        self._save_run_file()       # first: a requeued job's grace period may end soon
         self._log([self._metric("restarts", self.restarts)] if self.restarts else [],
                   tags=self._tags(**{"tfcluster.verdict": end["verdict"],
                                      "tfcluster.exit_status": str(end["status"]),
                                      "tfcluster.reason": str(end["reason"])[:5000]}))
-        self._save_run_file()
-        self._artifacts(end.get("spec"))
+        self._artifacts(end.get("spec"), report=end["verdict"] not in PREEMPTED)
         assert self.client is not None
         try:
             if self.given_up:
@@ -278,12 +284,14 @@ class Tracker:
             self._not_logged("status", [], str(e), verdict=end["verdict"])
         self._record(verdict=end["verdict"], lost_events=self.lost_events)
 
-    def _artifacts(self, spec_path: str | None) -> None:
-        """summary.json, the spec, plan.json, the report page and its chart."""
+    def _artifacts(self, spec_path: str | None, report: bool) -> None:
+        """summary.json, the spec, plan.json, the report page and its chart (drawn now
+        unless the run goes on in another launch: a preemption's grace period is short)."""
         from launcher.tracking.rest import TrackingError
 
         assert self.client is not None and self.run_id is not None
-        self._report()
+        if report:
+            self._report()
         files = [os.path.join(self.run_dir, n) for n in ("summary.json", "plan.json",
                                                           "report.html", "report.png")]
         if spec_path:
