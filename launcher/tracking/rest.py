@@ -10,6 +10,7 @@ import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Sequence
 from typing import Any
 
 from launcher.tracking.target import Target
@@ -102,7 +103,7 @@ class Client:
             body["end_time"] = end_ms
         self.call("runs/update", body)
 
-    def log_batch(self, run_id: str, metrics: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    def log_batch(self, run_id: str, metrics: Sequence[dict[str, Any]] = (),
                   params: dict[str, str] | None = None,
                   tags: dict[str, str] | None = None) -> None:
         """Metrics ({key, value, timestamp, step}), params and tags, in as many requests as

@@ -36,10 +36,10 @@ if TYPE_CHECKING:
 RUN_FILE = ".tfcluster-mlflow.json"     # beside model_dir's lease: the MLflow run's id
 UNLOGGED_FILE = "tracking_unlogged.jsonl"
 LOOK_EVERY = 5.0            # s between two looks at model_dir (and two log-batch requests)
-FINISH_WAIT = 30.0          # s the launcher waits at most at the end for the last requests
+FINISH_WAIT = 60.0          # s the launcher waits at most at the end for the last requests
 QUEUE_MAX = 10_000          # events waiting for the thread; beyond, they are counted lost
 PENDING_MAX = 100_000       # metrics kept while the run cannot be opened yet
-REPORT_TIMEOUT = 60.0       # s for `launch report` to draw the chart
+REPORT_TIMEOUT = 40.0       # s for `launch report` to draw the chart
 STATUS = {"succeeded": "FINISHED", "failed": "FAILED", "cancelled": "KILLED",
           "preempted": "SCHEDULED", "queued": "SCHEDULED"}   # continued by the next launch
 PREEMPTED = ("preempted", "queued")     # a preemption notice carried out; a Slurm requeue
@@ -105,7 +105,8 @@ class Tracker:
         except queue.Full:
             pass
         self.thread.join(wait)
-        if self.thread.is_alive():
+        if self.thread.is_alive():      # what is left dies with this process
+            self._failed(f"the end was not sent within {wait:.0f}s")
             self._not_logged("end", [], f"not sent within {wait:.0f}s of the job's end")
 
     # ------------------------------------------------------------ the tracker's thread
@@ -272,9 +273,8 @@ class Tracker:
                   tags=self._tags(**{"tfcluster.verdict": end["verdict"],
                                      "tfcluster.exit_status": str(end["status"]),
                                      "tfcluster.reason": str(end["reason"])[:5000]}))
-        self._artifacts(end.get("spec"), report=end["verdict"] not in PREEMPTED)
         assert self.client is not None
-        try:
+        try:        # the status before the artifacts: the report page takes the longest
             if self.given_up:
                 raise TrackingError("the server failed at the job's end")
             self.client.update_run(self.run_id, STATUS.get(end["verdict"], "FAILED"),
@@ -283,6 +283,8 @@ class Tracker:
             self._failed(str(e))
             self._not_logged("status", [], str(e), verdict=end["verdict"])
         self._record(verdict=end["verdict"], lost_events=self.lost_events)
+        self._artifacts(end.get("spec"), report=end["verdict"] not in PREEMPTED)
+        self._record(verdict=end["verdict"], lost_events=self.lost_events, done=True)
 
     def _artifacts(self, spec_path: str | None, report: bool) -> None:
         """summary.json, the spec, plan.json, the report page and its chart (drawn now
@@ -290,12 +292,12 @@ class Tracker:
         from launcher.tracking.rest import TrackingError
 
         assert self.client is not None and self.run_id is not None
-        if report:
-            self._report()
-        files = [os.path.join(self.run_dir, n) for n in ("summary.json", "plan.json",
-                                                          "report.html", "report.png")]
+        files = [os.path.join(self.run_dir, n) for n in ("summary.json", "plan.json")]
         if spec_path:
             files.insert(0, spec_path)
+        if report:
+            self._report()
+            files += [os.path.join(self.run_dir, n) for n in ("report.html", "report.png")]
         for path in files:
             try:
                 with open(path, "rb") as f:
