@@ -2,8 +2,10 @@
 artifact folder: tests/infra/mlflow_server.py) and real TensorFlow jobs, read back with MLflow's
 own client: the example Estimator job's params, its metrics of each checkpoint evaluated
 afresh (those of tfcluster_metrics.jsonl), its artifacts and verdict; a job preempted with
-SIGTERM and launched again continues one MLflow run; a server stopped mid-run costs one
-line, and the run directory lists what was not logged; a token appears nowhere."""
+SIGTERM and launched again continues one MLflow run (`--retrain` starts another); metrics
+appear while the job trains, and a server stopped then costs one line, the run directory
+listing what was not logged; a detached run is logged by its detached launcher; a token
+appears nowhere."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import json
 import signal
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -157,19 +160,30 @@ def test_preempted_and_launched_again_is_one_mlflow_run(tmp_path, mlflow_server)
     assert mlflow_run_id(retrained.stdout + retrained.stderr) != run_id
 
 
+def logged_while_training(server_url: str, tmp_path: Path, proc: subprocess.Popen) -> bool:
+    """The run's training loss is in MLflow while `launch` still runs (asked over REST)."""
+    states = list((tmp_path / "runs").glob("*/state.json"))
+    link = json.loads(states[0].read_text()).get("tracking") if states else None
+    if not link:
+        return False
+    url = f"{server_url}/api/2.0/mlflow/runs/get?run_id={link['mlflow']['run_id']}"
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        metrics = json.load(answer)["run"]["data"].get("metrics", [])
+    return any(m["key"] == "train/loss" for m in metrics) and proc.poll() is None
+
+
 def test_server_stopped_mid_run(tmp_path):
     server = start_mlflow(tmp_path / "server")
     try:
-        spec = paced_spec(tmp_path, server.url, "stopped", max_steps=600)
+        spec = paced_spec(tmp_path, server.url, "stopped", max_steps=1000)
         proc = subprocess.Popen(launch_cmd(str(spec)), cwd=REPO, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + 240
-            while time.monotonic() < deadline and proc.poll() is None:
-                state = list((tmp_path / "runs").glob("*/state.json"))
-                if state and '"tracking"' in state[0].read_text():
-                    break           # the MLflow run is open
-                time.sleep(0.3)
+            while not logged_while_training(server.url, tmp_path, proc):
+                assert proc.poll() is None, "the job ended before a metric was logged"
+                assert time.monotonic() < deadline, "no metric logged while training"
+                time.sleep(0.5)
             server.stop()
             out, _ = proc.communicate(timeout=300)
         finally:
