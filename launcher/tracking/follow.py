@@ -6,6 +6,7 @@ the last look stopped. Without TensorFlow (orchestrator.tfformats)."""
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 from orchestrator.tfformats import scalars_of_event, tfrecords
@@ -93,6 +94,8 @@ class ModelDirFollower:
                         for s in scalars if s.value == s.value]      # NaN left out
         except ValueError:
             end = len(data)             # not TFRecords past this point: never read again
+        if end == 0 and len(data) == READ_MAX:      # one record larger than a read (a graph)
+            end = 12 + struct.unpack_from("<Q", data)[0] + 4      # skipped: no scalars
         self.offsets[path] = start + end
         return out
 

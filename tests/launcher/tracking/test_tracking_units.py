@@ -113,3 +113,17 @@ def test_follower_reads_each_evaluation_and_event_once(tmp_path):
         f.write(scalar_event(200, "loss", 0.25)[-6:])
     got = {(m["key"], m["step"]): m["value"] for m in follower.look()}
     assert got == {("train/loss", 200): 0.25}
+
+
+def test_follower_skips_a_record_larger_than_one_read(tmp_path, monkeypatch):
+    import launcher.tracking.follow as follow
+
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    big = tfrecord(1, b"\x0a" + _varint(3000) + b"g" * 3000)     # a graph-sized record
+    (model_dir / "events.out.tfevents.1.host").write_bytes(big + scalar_event(5, "loss", 0.5))
+    monkeypatch.setattr(follow, "READ_MAX", 1024)
+    follower = ModelDirFollower(ModelDir(str(model_dir)))
+    assert follower.look() == []            # the big record skipped, not read for ever
+    got = {(m["key"], m["step"]): m["value"] for m in follower.look()}
+    assert got == {("train/loss", 5): 0.5}
