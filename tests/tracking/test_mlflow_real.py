@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -221,3 +222,25 @@ def test_detached_run_is_logged_by_the_detached_launcher(tmp_path, mlflow_server
     assert run["history"]["train/loss"] and "summary.json" in run["artifacts"]
     log = (tmp_path / "runs" / run_id / "launcher.log").read_text()
     assert f"MLflow: {link['url']} (new run)" in log
+
+
+def test_restarts_and_a_failed_verdict(tmp_path, mlflow_server):
+    """A chief that fails each time (a stand-in task, no TensorFlow), restarted twice: the
+    restarts metric counts them, the run ends FAILED with the verdict and exit status."""
+    doc = {"name": "failing", "cluster": {"chief": 1},
+           "command": [sys.executable, str(REPO / "tests" / "local" / "fake_task.py")],
+           "model_dir": str(tmp_path / "model"), "max_steps": 10,
+           "env": {"FAKE_PLAN": json.dumps({"chief": "fail after 0.3"})},
+           "restart": {"chief": {"policy": "always", "max_restarts": 2, "backoff": 0}},
+           "tracking": {"mlflow": {"tracking_uri": mlflow_server.url,
+                                   "experiment": "failing"}}}
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(doc))
+    done = run_launch(str(spec), "--run-dir", str(tmp_path / "run"), timeout=120)
+    console = done.stdout + done.stderr
+    assert done.returncode == 1, console[-3000:]
+    run = read_run(mlflow_server.url, mlflow_run_id(console))
+    assert run["status"] == "FAILED"
+    assert (run["tags"]["tfcluster.verdict"], run["tags"]["tfcluster.exit_status"]) == \
+        ("failed", "1")
+    assert [value for _, value in run["history"]["restarts"]][-1] == 2
