@@ -283,12 +283,13 @@ class Tracker:
             self._failed(str(e))
             self._not_logged("status", [], str(e), verdict=end["verdict"])
         self._record(verdict=end["verdict"], lost_events=self.lost_events)
-        self._artifacts(end.get("spec"), report=end["verdict"] not in PREEMPTED)
+        self._artifacts(end.get("spec"), report=end["verdict"] in ("succeeded", "failed"))
         self._record(verdict=end["verdict"], lost_events=self.lost_events, done=True)
 
     def _artifacts(self, spec_path: str | None, report: bool) -> None:
-        """summary.json, the spec, plan.json, the report page and its chart (drawn now
-        unless the run goes on in another launch: a preemption's grace period is short)."""
+        """summary.json, the spec, plan.json, the report page and its chart (drawn for a
+        run that succeeded or failed: a preempted, requeued or cancelled one has a grace
+        period to keep, and the next launch draws it)."""
         from launcher.tracking.rest import TrackingError
 
         assert self.client is not None and self.run_id is not None
