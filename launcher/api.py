@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from launcher.records.registry import RunLog, RunState
     from launcher.records.unwritten import Unwritten
     from launcher.spec import Spec
+    from launcher.tracking.target import Target
+    from launcher.tracking.tracker import Tracker
     from orchestrator.coordinator import Coordinator, Progress
 
     SpecLike = Union[str, "os.PathLike[str]", dict[str, Any], Spec]
@@ -179,7 +181,19 @@ def prepare(spec: SpecLike, command: list[str] | None = None, *, local: bool = F
     spec = resolve_spec(spec, overrides)
     backend = _backend(spec, local, inside_job)
     _check_command(spec, command)
+    tracking_target(spec)
     return spec, backend
+
+
+def tracking_target(spec: Spec) -> Target | None:
+    """Where the run is logged (the spec's ``tracking``, else $MLFLOW_TRACKING_URI), None
+    when tracking is off; UsageError (exit 2) for a URI or experiment that cannot work.
+    Without either, nothing of launcher/tracking/ is imported."""
+    if spec.tracking is None and not os.environ.get("MLFLOW_TRACKING_URI"):
+        return None
+    from launcher.tracking.target import resolve
+
+    return resolve(spec)
 
 
 def dry_run(spec: SpecLike, command: list[str] | None = None, *, local: bool = False,
@@ -342,10 +356,11 @@ def execute(spec: Spec, backend: Backend, plan: JobPlan, command: list[str] | No
     state.on_running = on_running
     console = console or make_console(quiet=args.quiet, verbose=getattr(args, "verbose", False))
     leases: list[Lease] = []        # model_dir's lease, once _execute took it
+    attached = Attached(spec, backend, plan, command, args, run_dir,
+                        RunLog(os.path.join(run_dir, "events.jsonl"), state), state,
+                        console, leases)
     try:
-        result = _execute(Attached(spec, backend, plan, command, args, run_dir,
-                                   RunLog(os.path.join(run_dir, "events.jsonl"), state), state,
-                                   console, leases))
+        result = _execute(attached)
     except BaseException as e:
         status, reason = exit_of(e)
         requeued = status > 128 and engine.requeued(backend)
@@ -356,6 +371,7 @@ def execute(spec: Spec, backend: Backend, plan: JobPlan, command: list[str] | No
 
             reason = crash_line(e, save_traceback(e, run_dir))
         state.finish(status, reason, None, requeued=requeued)
+        _end_tracking(attached, status, reason, state)
         if crashed:
             raise LauncherFailed(reason) from e
         raise
@@ -372,7 +388,36 @@ def execute(spec: Spec, backend: Backend, plan: JobPlan, command: list[str] | No
         _release(leases, state, requeued)
         state.finish(result.status, result.reason, summary if result.tasks else None,
                      requeued=requeued, step=result.final_step)
+    _end_tracking(attached, result.status, result.reason, state)
     return result
+
+
+def _start_tracking(run: Attached) -> None:
+    """The run's MLflow tracker (launcher/tracking/), when tracking is on: an observer of
+    the run's events (queued from now on) on a thread of its own, started once every task
+    runs (its imports and requests are not on the way to their start)."""
+    target = tracking_target(run.spec)
+    if target is None:
+        return
+    from launcher.tracking.tracker import Tracker
+
+    state = run.state
+    fresh = bool(getattr(run.options, "retrain", False)) and not state.doc.get("attempt")
+    run.tracker = Tracker(target, run.spec, run.plan, run.run_dir, command=run.command,
+                          fresh=fresh, info=run.console.info,
+                          record=lambda doc: state.update(tracking=doc),
+                          progress=lambda: state.doc.get("progress"))
+    run.events.observers.append(run.tracker.on_event)
+    state.on_running = _then(run.tracker.start, state.on_running)   # once every task runs
+
+
+def _end_tracking(run: Attached, status: int, reason: str, state: RunState) -> None:
+    """The verdict, the artifacts and the MLflow run's status, once state.json and
+    summary.json are final (at most tracker.FINISH_WAIT s)."""
+    if run.tracker is None:
+        return
+    run.tracker.finish(status, str(state.doc.get("state")), reason,
+                       getattr(run.options, "spec", None))
 
 
 def _take_lease(plan: JobPlan, backend: Backend, args: RunOptions, run_dir: str,
@@ -433,6 +478,7 @@ class Attached:
     state: RunState             # its state.json
     console: Console
     leases: list[Lease] = field(default_factory=list)   # model_dir's lease, once taken
+    tracker: Tracker | None = None      # the MLflow tracker, when tracking is on
 
 
 def _execute(run: Attached) -> RunResult:
@@ -464,6 +510,7 @@ def _execute(run: Attached) -> RunResult:
             return RunResult(0, "model_dir already holds a checkpoint at max_steps", run_dir,
                              run_id=plan.run_id)
         leases.append(_take_lease(plan, backend, args, run_dir, console, events, state))
+        _start_tracking(run)
         record = PlanFile(run_dir, plan, on_error=partial(unwritten.failed, "plan.json"))
         state.on_running = _then(record.write, state.on_running)
         board = with_run(plan, backend, run_dir, console,

@@ -124,3 +124,32 @@ def parse_address(value: Any, where: str) -> Address:
         if not 1 <= port <= 65535:
             raise fail(where, f"address {text!r}: port {port} is outside 1-65535")
     return Address(host, port)
+
+
+TRACKING_SCHEMES = ("http", "https")
+EXPERIMENT_MAX = 500        # characters of an MLflow experiment name
+
+
+def tracking_uri_problem(uri: str) -> str | None:
+    """What is wrong with an MLflow tracking URI for tfcluster, or None: it talks to a
+    tracking server over MLflow's REST API, so the URI is that server's http(s) URL."""
+    scheme, sep, rest = uri.partition("://")
+    if not sep or scheme.lower() not in TRACKING_SCHEMES:
+        shown = scheme if sep else uri.partition(":")[0] or uri
+        return (f"scheme {shown!r} is not supported: give the http:// or https:// URL of an "
+                "MLflow tracking server (tfcluster logs through its REST API)")
+    host = rest.split("/", 1)[0].rpartition("@")[2]
+    if not host or host.startswith(":"):
+        return "names no host: give http(s)://HOST[:PORT] of an MLflow tracking server"
+    return None
+
+
+def experiment_problem(name: str) -> str | None:
+    """What is wrong with an MLflow experiment name, or None."""
+    if not name.strip():
+        return "is empty: give an experiment name"
+    if len(name) > EXPERIMENT_MAX:
+        return f"is {len(name)} characters long: at most {EXPERIMENT_MAX}"
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        return "holds a control character (a line break, a tab): give a plain name"
+    return None

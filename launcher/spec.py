@@ -22,8 +22,10 @@ from launcher.checks import (
     expect_int,
     expect_number,
     expect_str,
+    experiment_problem,
     fail,
     parse_address,
+    tracking_uri_problem,
     type_name,
 )
 from launcher.errors import SpecError
@@ -187,6 +189,21 @@ FIELDS: dict[str, dict[str, Any]] = {
                               {"type": "object", "additionalProperties": False,
                                "properties": {"port": {"type": "integer", "minimum": 1,
                                                        "maximum": 65535}}}]},
+    "tracking": {"type": "object", "additionalProperties": False, "description":
+                 "Log the run to an MLflow tracking server (docs/tracking.md); without it, "
+                 "$MLFLOW_TRACKING_URI turns tracking on.",
+                 "properties": {"mlflow": {
+                     "type": "object", "additionalProperties": False,
+                     "properties": {
+                         "tracking_uri": {"type": "string", "pattern": "^[Hh][Tt][Tt][Pp][Ss]?://",
+                                          "description": "The server's http(s) URL (default "
+                                                         "$MLFLOW_TRACKING_URI)."},
+                         "experiment": {"type": "string", "minLength": 1, "maxLength": 500,
+                                        "description": "Default $MLFLOW_EXPERIMENT_NAME, else "
+                                                       "the spec's name."},
+                         "run_name": {"type": "string", "minLength": 1},
+                         "tags": {"type": "object",
+                                  "additionalProperties": {"type": "string"}}}}}},
     "tf_config_model_dir": {"type": "boolean", "default": True, "description":
                             "Estimator jobs: put model_dir into every task's TF_CONFIG, where "
                             "tf.estimator.RunConfig reads it (default true). A script that "
@@ -249,6 +266,17 @@ class TensorBoardSettings:
 
 
 @dataclass(frozen=True)
+class MlflowSettings:
+    """``"tracking": {"mlflow": {...}}``: where the run is logged (launcher/tracking/); None
+    fields fall back to the environment ($MLFLOW_TRACKING_URI, $MLFLOW_EXPERIMENT_NAME)."""
+
+    tracking_uri: str | None = None
+    experiment: str | None = None
+    run_name: str | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class RoleSettings:
     """One role's own command, environment and working directory (``"roles": {"ps": ...}``):
     each replaces (``env``: extends) the top-level value for that role's tasks. ``minimum``
@@ -288,6 +316,7 @@ class Spec:
     backend_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     roles: dict[str, RoleSettings] = field(default_factory=dict)
     tensorboard: TensorBoardSettings | None = None
+    tracking: MlflowSettings | None = None
     source: str | None = None
 
     def command_for(self, role: str, command: list[str] | None = None) -> list[str]:
@@ -590,6 +619,32 @@ def _parse_tensorboard(raw: Any) -> TensorBoardSettings | None:
     return TensorBoardSettings(port)
 
 
+def _parse_tracking(raw: Any) -> MlflowSettings | None:
+    """``"tracking": {"mlflow": {...}}``: checked here; the environment's URI when the spec
+    gives none is checked where the run starts (launcher/tracking/)."""
+    if raw is None:
+        return None
+    check_keys(expect_dict(raw, "tracking"), ("mlflow",), "tracking")
+    if "mlflow" not in raw:
+        return None
+    given = expect_dict(raw["mlflow"], "tracking.mlflow")
+    check_keys(given, ("tracking_uri", "experiment", "run_name", "tags"), "tracking.mlflow")
+    values: dict[str, str | None] = {}
+    for key in ("tracking_uri", "experiment", "run_name"):
+        values[key] = expect_str(given[key], f"tracking.mlflow.{key}") if key in given else None
+    uri, experiment = values["tracking_uri"], values["experiment"]
+    problem = tracking_uri_problem(uri) if uri is not None else None
+    if problem:
+        raise fail("tracking.mlflow.tracking_uri", problem)
+    problem = experiment_problem(experiment) if experiment is not None else None
+    if problem:
+        raise fail("tracking.mlflow.experiment", problem)
+    tags = expect_dict(given.get("tags", {}), "tracking.mlflow.tags")
+    for key, value in tags.items():
+        expect_str(value, f"tracking.mlflow.tags.{key}", allow_empty=True)
+    return MlflowSettings(uri, experiment, values["run_name"], dict(tags))
+
+
 def validate(raw: Any, source: str | None = None, *, backends: Sequence[str]) -> Spec:
     """Validate a decoded JSON document; return a Spec. ``backends``: the names of the
     registered backends, each also the key of its options section (checked by the backend
@@ -647,6 +702,7 @@ def validate(raw: Any, source: str | None = None, *, backends: Sequence[str]) ->
         roles=_parse_roles(spec_obj["roles"], cluster, evaluator, strategy)
         if "roles" in spec_obj else {},
         tensorboard=_parse_tensorboard(spec_obj.get("tensorboard")),
+        tracking=_parse_tracking(spec_obj.get("tracking")),
         source=source,
     )
 

@@ -3,6 +3,7 @@
 #   .venv      TensorFlow 2.15 (Estimator) + tfcluster + test tools; the launcher runs here
 #   .venv-tf2  TensorFlow 2.21 (ParameterServerStrategy, MultiWorkerMirroredStrategy)
 #   .venv-jax  jax + Keras 3 ("keras": "jax": Keras 3 on JAX across processes, docs/keras.md)
+#   .venv-mlflow  MLflow's tracking server and client, for the tests of tracking (tests/tracking)
 # Idempotent: a second run only checks. SETUP_APT=0 skips the system packages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,6 +51,20 @@ tf2_pid=$!
 jax_env &
 jax_pid=$!
 
+# The MLflow tracking server the tests of tracking start (tests/infra/mlflow_server.py); the
+# launcher itself talks to MLflow over its REST API and needs none of it (docs/tracking.md).
+MLFLOW_VERSION=3.17.2
+mlflow_env() {
+  if [[ ! -x .venv-mlflow/bin/mlflow ]] || \
+     [[ $(.venv-mlflow/bin/python -c "import importlib.metadata as m; print(m.version('mlflow'))" 2>/dev/null) != "$MLFLOW_VERSION" ]]; then
+    echo "setup: .venv-mlflow (MLflow $MLFLOW_VERSION)"
+    "$PY" -m venv .venv-mlflow
+    pipq .venv-mlflow/bin/pip install -q "mlflow==$MLFLOW_VERSION"
+  fi
+}
+mlflow_env &
+mlflow_pid=$!
+
 if [[ ! -x .venv/bin/python ]] || ! .venv/bin/python -c "import tensorflow_estimator, pytest, s3fs" 2>/dev/null; then
   echo "setup: .venv (TensorFlow 2.15, tfcluster, test tools)"
   "$PY" -m venv .venv
@@ -72,6 +87,7 @@ fi
 wait "$tf2_pid" || { echo "setup: .venv-tf2 failed" >&2; exit 1; }
 wait "$jax_pid" || { echo "setup: .venv-jax failed" >&2; exit 1; }
 KERAS_BACKEND=jax .venv-jax/bin/python -c "import jax, keras" || { echo "setup: .venv-jax is broken" >&2; exit 1; }
+wait "$mlflow_pid" || { echo "setup: .venv-mlflow failed" >&2; exit 1; }
 pipq .venv-tf2/bin/pip install -q --no-deps -e . --config-settings editable_mode=compat   # after .venv's
 .venv-tf2/bin/python -c "import tf_keras, orchestrator" || { echo "setup: .venv-tf2 is broken" >&2; exit 1; }
 if [[ -n $base_pid ]] && ! wait "$base_pid"; then

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from infra.mlflow_server import MlflowServer, start_mlflow
 from infra.s3 import S3Server, start_s3
 from support import REPO, wait_gone
 from work_units import work_unit
@@ -59,6 +60,15 @@ def scripted_backend():
 def s3(tmp_path_factory) -> Iterator[S3Server]:
     """A real S3 server (SeaweedFS, tests/infra/s3.py) for the session: the "s3" bed."""
     server = start_s3(tmp_path_factory.mktemp("seaweedfs"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory) -> Iterator[MlflowServer]:
+    """A real MLflow tracking server (tests/infra/mlflow_server.py) for the session: the
+    "mlflow" bed of tests/tracking (and of the Slurm requeue's tracking check)."""
+    server = start_mlflow(tmp_path_factory.mktemp("mlflow"))
     yield server
     server.stop()
 

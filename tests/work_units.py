@@ -12,7 +12,8 @@ from pathlib import Path
 
 from support import REPO
 
-BED_FOLDERS = {"tests/slurm/": "slurm", "tests/ssh/": "ssh", "tests/docker/": "docker"}
+BED_FOLDERS = {"tests/slurm/": "slurm", "tests/ssh/": "ssh", "tests/docker/": "docker",
+               "tests/tracking/": "mlflow"}
 # The folders whose tests use the S3 server (tests/conftest.py's ``s3`` and ``storage``).
 S3_FOLDERS = ("tests/coordinator/", "tests/orchestrator/", "tests/launcher/backends/")
 

@@ -208,7 +208,15 @@ def status_lines(state: dict, now: str, note: str | None) -> list[str]:
     board = state.get("tensorboard")
     if board:
         lines.append(tensorboard_line(board, now in LIVE, state["run_id"]))
+    from launcher.commands.status_document import tracking_link
+
+    mlflow = tracking_link(state)
+    if mlflow:
+        lines.append(f"mlflow: {mlflow['url']}" + (
+            f" ({mlflow['unlogged']} requests not logged: tracking_unlogged.jsonl)"
+            if mlflow.get("unlogged") else ""))
     return lines
+
 
 
 def tensorboard_line(board: dict, live: bool, run_id: str) -> str:

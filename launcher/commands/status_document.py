@@ -49,6 +49,7 @@ def status_document(state: dict, run_dir: str, now_state: str, note: str | None
         "restarts": state.get("restarts") or 0,
         "preemption": _preemption(state, summary),
         "lease": _lease(state.get("lease"), now_state == "lost"),
+        "mlflow": tracking_link(state),
         "tasks": [_task(t) for t in state.get("tasks") or []],
     }
 
@@ -143,3 +144,14 @@ def _task(row: dict) -> dict[str, Any]:
 
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def tracking_link(state: dict) -> dict | None:
+    """The run's MLflow run (launcher/tracking/): its id, URL and what was not logged;
+    None when the run was not tracked (or its run was never opened)."""
+    found = (state.get("tracking") or {}).get("mlflow")
+    if not isinstance(found, dict) or not found.get("url"):
+        return None
+    return {"run_id": found.get("run_id"), "experiment_id": found.get("experiment_id"),
+            "url": found["url"], "attempt": found.get("attempt"),
+            "unlogged": found.get("unlogged") or 0}

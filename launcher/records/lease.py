@@ -247,15 +247,16 @@ class S3Store(Store):
             raise
 
 
-def store_for(storage) -> Store:
-    """The lease file of model_dir (a launcher.model_dir.ModelDir)."""
+def store_for(storage, name: str = LEASE_FILE) -> Store:
+    """The lease file of model_dir (a launcher.model_dir.ModelDir); ``name``: another file
+    kept beside it the same way (the MLflow run's id, launcher/tracking/)."""
     url = storage.url.rstrip("/")
     if "://" not in url or url.startswith("file://"):
-        return LocalStore(os.path.join(url.removeprefix("file://"), LEASE_FILE))
+        return LocalStore(os.path.join(url.removeprefix("file://"), name))
     import fsspec
 
     fs, path = fsspec.core.url_to_fs(url, **storage.options)
-    lease = f"{path}/{LEASE_FILE}"
+    lease = f"{path}/{name}"
     protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
     return S3Store(fs, lease) if {"s3", "s3a"} & set(protocols) else Store(fs, lease)
 

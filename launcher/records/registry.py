@@ -525,6 +525,9 @@ class RunLog(EventLog):
     def __init__(self, path: str | None, state: RunState):
         super().__init__(path)
         self.state = state
+        # told every event after state.json (the run's MLflow tracker): each must return
+        # at once and never raise
+        self.observers: list[Callable[[str, dict[str, Any]], None]] = []
 
     def write(self, event: str, **fields) -> None:
         super().write(event, **fields)
@@ -532,6 +535,8 @@ class RunLog(EventLog):
             self.state.on_event(event, fields)
         except OSError:
             pass        # a full disk must not end the job; the event log has it all
+        for observer in self.observers:
+            observer(event, fields)
 
 
 def open_state(run_dir: str, plan: Any, args: Any, *, backend: str,

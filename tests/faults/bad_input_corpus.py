@@ -51,6 +51,13 @@ CASES: list[tuple[str, object, list[str], str]] = [
      "launch: error: spec file is not UTF-8 text: {spec} (invalid start byte)"),
     ("unreadable-device", Path("proc-mem"), [],
      "launch: error: spec file cannot be read: {spec} (Input/output error)"),
+    # --- tracking (docs/tracking.md)
+    ("tracking-file-uri", {"tracking": {"mlflow": {"tracking_uri": "file:///tmp/mlruns"}}}, [],
+     E + "tracking.mlflow.tracking_uri: scheme 'file' is not supported: give the http:// or "
+         "https:// URL of an MLflow tracking server (tfcluster logs through its REST API)"),
+    ("tracking-empty-experiment", {"tracking": {"mlflow": {"tracking_uri": "http://h:5000",
+                                                           "experiment": " "}}}, [],
+     E + "tracking.mlflow.experiment: must not be empty"),
     # --- unknown keys
     ("typo-top-level", {"max_step": 10}, [],
      E + "max_step: unknown key (allowed: " + TOP_KEYS + ")"),

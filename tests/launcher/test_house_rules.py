@@ -165,13 +165,19 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
         "TensorBoard with the run: a process the launcher owns, beside the chief or on this "
         "machine, outside the verdict",
         ("launcher.backends", "launcher.plan")),
+    "launcher.tracking": (
+        "every run in MLflow: the target (spec and environment), MLflow's REST API, what is "
+        "new in model_dir, the tracker thread fed by the run's events",
+        ("launcher.checks", "launcher.errors", "launcher.plan", "launcher.records",
+         "launcher.redact", "launcher.spec", f"{_O}.tfformats")),
     "launcher.api": (
         "the composition root: `launcher.run()`, `dry_run()`; builds the backend, the plan,"
         " the monitors, the job loop",
         ("launcher.backends", "launcher.ending", "launcher.errors", "launcher.gpus",
          "launcher.job", "launcher.model_dir", "launcher.monitors", "launcher.output",
          "launcher.plan", "launcher.records", "launcher.redact", "launcher.signals",
-         "launcher.spec", "launcher.tensorboard", f"{_O}.coordinator", f"{_O}.roles")),
+         "launcher.spec", "launcher.tensorboard", "launcher.tracking", f"{_O}.coordinator",
+         f"{_O}.roles")),
     "launcher": ("the package: `launcher.run`, `launcher.dry_run`", ("launcher.api",)),
     "launcher.commands": (
         "the commands besides running a job: `launch list/status/logs/cancel` (through the "

@@ -66,6 +66,14 @@ def test_example_specs_pass_schema_and_parser(path):
     {"cluster": {"worker": 1}, "model_dir": "m", "tensorboard": {"port": 0}},
     {"cluster": {"worker": 1}, "model_dir": "m", "tensorboard": {"port": 70000}},
     {"cluster": {"worker": 1}, "model_dir": "m", "tensorboard": {"host": "x"}},
+    {"cluster": {"worker": 1}, "model_dir": "m", "tracking": {"wandb": {}}},
+    {"cluster": {"worker": 1}, "model_dir": "m",
+     "tracking": {"mlflow": {"tracking_uri": "file:///tmp/mlruns"}}},
+    {"cluster": {"worker": 1}, "model_dir": "m",
+     "tracking": {"mlflow": {"tracking_uri": "databricks"}}},
+    {"cluster": {"worker": 1}, "model_dir": "m", "tracking": {"mlflow": {"experiment": ""}}},
+    {"cluster": {"worker": 1}, "model_dir": "m", "tracking": {"mlflow": {"tags": {"a": 1}}}},
+    {"cluster": {"worker": 1}, "model_dir": "m", "tracking": {"mlflow": {"uri": "http://h"}}},
 ])
 def test_schema_and_parser_both_refuse(doc):
     assert not VALIDATOR.is_valid(doc)
@@ -155,3 +163,16 @@ if __name__ == "__main__":
 
     head, rest = DOC.read_text().split(BEGIN, 1)
     DOC.write_text(f"{head}{BEGIN}\n{field_table()}\n{END}{rest.split(END, 1)[1]}")
+
+
+def test_schema_and_parser_both_take_tracking():
+    doc = {"cluster": {"worker": 1}, "model_dir": "m", "command": ["python", "t.py"],
+           "tracking": {"mlflow": {"tracking_uri": "https://mlflow.example:5000",
+                                   "experiment": "ctr", "run_name": "nightly",
+                                   "tags": {"team": "ads"}}}}
+    VALIDATOR.validate(doc)
+    spec = parse_spec(json.dumps(doc))
+    assert spec.tracking is not None
+    assert (spec.tracking.tracking_uri, spec.tracking.experiment, spec.tracking.run_name,
+            spec.tracking.tags) == ("https://mlflow.example:5000", "ctr", "nightly",
+                                    {"team": "ads"})

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from infra.mlflow_server import read_run
 from support import PY_TF215, REPO, launched, run_launch, state_of, tfcluster_tasks, wait_gone
 from test_slurm_backend import node_steps, released, squeue, write_spec
 
@@ -111,15 +112,18 @@ def test_detach_dry_run_prints_the_batch_script(tmp_path, slurm_cluster):
 
 @pytest.mark.tf
 def test_detached_job_runs_to_the_end_and_a_requeue_resumes_it(tmp_path, runs,
-                                                              slurm_cluster):
+                                                              slurm_cluster, mlflow_server):
     """A chief (node n1) and its ps (n2): the requeue and the resume are the batch job's and
-    the chief's; a worker would add two TensorFlow starts and nothing to check."""
+    the chief's; a worker would add two TensorFlow starts and nothing to check. The run is
+    tracked in MLflow by the launcher inside the batch job: the requeue continues its run."""
     spec = write_spec(tmp_path, name="slurm-requeue", evaluator=None, max_steps=500,
                       cluster={"chief": ["a"], "ps": ["b"]},
                       command=["bash", "-c", SHOW_ATTEMPT, PY_TF215, FAULT_JOB],
                       env={"FAULT_SAVE_STEPS": "100", "FAULT_STEP_SLEEP": "0.03",
                            "FAULT_PRINT_EVERY": "10"},
-                      timeouts={"finish": 30, "kill": 5})
+                      timeouts={"finish": 30, "kill": 5},
+                      tracking={"mlflow": {"tracking_uri": mlflow_server.url,
+                                           "experiment": "slurm-requeue"}})
     run_id, job = submit(spec, runs)
     assert job_state(job) in ("PENDING", "RUNNING")      # the submitting launch is gone
     run_dir = tmp_path / "runs" / run_id
@@ -155,6 +159,12 @@ def test_detached_job_runs_to_the_end_and_a_requeue_resumes_it(tmp_path, runs,
     assert "attempt 2" in status.stdout
     assert released(slurm_cluster)
     assert not lease.exists()           # the second attempt renewed it, then let it go
+    # one MLflow run for both attempts, logged from inside the batch job
+    mlflow = json.loads(run_launch("status", run_id, "--json", env=runs).stdout)["mlflow"]
+    tracked = read_run(mlflow_server.url, mlflow["run_id"])
+    assert tracked["experiment_runs"] == 1 and tracked["status"] == "FINISHED"
+    assert (tracked["tags"]["tfcluster.attempt"], tracked["tags"]["tfcluster.verdict"]) == \
+        ("2", "succeeded")
 
 
 @pytest.mark.tf
