@@ -197,9 +197,11 @@ def status_lines(state: dict, now: str, note: str | None) -> list[str]:
         lines.append(note)
     if state.get("reason"):
         lines.append(f"reason: {state['reason']}")
-    preemption = (state.get("summary") or {}).get("preemption")
+    summary = state.get("summary") or {}
+    preemption = summary.get("preemption")
     if preemption:      # the step reached, the step saved, the steps lost
-        lines.append(closing_line(preemption))
+        status = summary.get("status")
+        lines.append(closing_line(preemption, status if isinstance(status, int) else None))
     from launcher.records.lease import status_line
 
     lease = status_line(state, lost=now == "lost")
