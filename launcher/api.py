@@ -527,9 +527,10 @@ def _close(run: Attached, result: JobResult, job: Job, watch: JobWatch,
         result.preemption = preempted_at(result.preemption, watch.progress(), closing)
     if result.save_request is not None:
         shown = console.steps.newest()
-        result.save_request = preempted_at(result.save_request, watch.progress(), closing,
-                                           result.save_request.get("step_seen"),
-                                           shown.step if shown is not None else None)
+        if not result.save_request.get("saved"):    # what training lost: the steps reached
+            result.save_request = preempted_at(     # past the newest checkpoint
+                result.save_request, watch.progress(), closing,
+                result.save_request.get("step_seen"), shown.step if shown else None)
     short = verdict(result, closing)
     if short:
         result = dataclasses.replace(result, status=1, reason=short)

@@ -373,6 +373,10 @@ def _names_text(tasks: list[TaskState]) -> str:
 # answers (one sent before the handler was armed, as the task started, is lost).
 ANSWER_WITHIN = 10.0
 RESEND = 1.0
+# s model_dir is read on after the savers ended: one that saved and exited at once ends
+# before the coordinator's next poll sees its checkpoint (every 0.1 s near max_steps,
+# timeouts.poll = 1 s otherwise)
+LOOK_AGAIN = 2.0
 
 
 PREEMPTION = "preemption notice"   # the two triggers of one notice, as the console names them
@@ -457,6 +461,10 @@ def over(notice: Notice, now: float, tasks: list[TaskState], training: TrainingV
     if nothing and set(nothing) >= set(notice.notified):
         return f"nothing in {', '.join(nothing)} saves on a notice (no training session open)"
     if not any(t.running for t in tasks if t.name in notice.notified):
+        ended = [t.ended_at for t in tasks if t.name in notice.notified and
+                 t.ended_at is not None]
+        if ended and now - max(ended) < LOOK_AGAIN:
+            return None     # a saver that saved and ended: its checkpoint is read next
         return f"{names} ended without a new checkpoint"
     if not answered and now - notice.at >= min(ANSWER_WITHIN, notice.bound):
         return (f"{names} did not answer the notice within {ANSWER_WITHIN:g}s (no notice "

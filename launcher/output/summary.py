@@ -132,18 +132,32 @@ ROUTE = ("to keep them, have the script stop at max_steps itself (TrainSpec(max_
 
 def unsaved_words(record: dict[str, Any] | None, saved: int | None) -> str | None:
     """How many steps a run whose save request at max_steps went unanswered trained and
-    lost (the freshest step reached against the newest complete checkpoint), and the
-    change that prevents it; None when the request saved, or none was sent."""
+    lost: the freshest step reached against the newest complete checkpoint; None when the
+    request saved, or none was sent."""
     if not record or record.get("saved"):
         return None
     reached = record.get("step_reached")
     if reached is None:
-        return f"the save request at max_steps was not answered ({record.get('outcome')}); " \
-               f"{ROUTE}"
-    lost = reached - saved if saved is not None else reached
-    base = f"checkpoint at step {saved}" if saved is not None else "no checkpoint"
-    return (f"{max(0, lost)} steps trained past the {base} were lost (step {reached} was "
-            f"reached; the save request at max_steps: {record.get('outcome')}); {ROUTE}")
+        return "the steps trained since the newest checkpoint were lost (the step reached " \
+               "is not known)"
+    lost = max(0, reached - saved if saved is not None else reached)
+    since = f"since the checkpoint at step {saved}" if saved is not None else \
+        "(no checkpoint was written)"
+    return f"{lost} step{'s' if lost != 1 else ''} trained {since} were lost: step " \
+           f"{reached} was reached"
+
+
+def unsaved_line(record: dict[str, Any] | None, closing: Closing) -> str | None:
+    """The closing line of a run whose trainers were stopped unsaved at the end: the steps
+    lost, why the save request did not save, and the change to the script that prevents
+    it; None when a checkpoint covers max_steps."""
+    lost = unsaved_words(record, closing.final_step)
+    if lost is None or record is None or (
+            closing.final_step is not None and closing.max_steps is not None and
+            closing.final_step >= closing.max_steps):
+        return None
+    return f"not saved at max_steps: {lost} (the save request: {record.get('outcome')}); " \
+           f"{ROUTE}"
 
 
 def _primary_name(tasks: list[TaskState]) -> str:
@@ -178,10 +192,9 @@ def closing_lines(result: JobResult, closing: Closing) -> list[str]:
         lines.append(outcome)
     if result.preemption is not None:
         lines.append(closing_line(result.preemption, result.status))
-    lost = unsaved_words(request, closing.final_step)
-    if lost and not (closing.final_step is not None and closing.max_steps is not None and
-                     closing.final_step >= closing.max_steps):
-        lines.append(f"not saved at max_steps: {lost}")
+    unsaved = unsaved_line(request, closing)
+    if unsaved:
+        lines.append(unsaved)
     if result.incidents:
         n = len(result.incidents)
         lines.append(f"{n} restart{'s' if n > 1 else ''}:")

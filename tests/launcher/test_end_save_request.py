@@ -163,11 +163,12 @@ def test_the_verdict_names_the_steps_trained_and_lost_and_the_change_that_keeps_
     assert short is not None and short.startswith(
         "training was ended by the launcher, but the newest complete checkpoint "
         "model.ckpt-693 is short of max_steps 893")
-    assert "9420 steps trained past the checkpoint at step 693 were lost (step 10113 was " \
-           "reached" in short
-    assert "TFCLUSTER_MAX_STEPS" in short and "requested()" in short
-    assert any(line.startswith("not saved at max_steps: 9420 steps trained")
-               for line in closing_lines(result, closing))
+    assert short.endswith(": 9420 steps trained since the checkpoint at step 693 were "
+                          "lost: step 10113 was reached")
+    (line,) = [line for line in closing_lines(result, closing)
+               if line.startswith("not saved at max_steps: 9420 steps trained")]
+    assert "(the save request: chief:0 did not answer)" in line
+    assert "TFCLUSTER_MAX_STEPS" in line and "requested()" in line
 
 
 def test_the_closing_line_says_what_saved_the_final_checkpoint():
