@@ -51,7 +51,7 @@ def run_case(code: str, python: str, script: str, extra: dict, max_steps: int,
     run_dir = work / "run"
     env = dict(os.environ, PYTHONPATH=code)
     proc = subprocess.run([LAUNCH, str(spec), "--quiet", "--run-dir", str(run_dir)], env=env,
-                          capture_output=True, text=True, timeout=900, cwd=code)
+                          capture_output=True, text=True, timeout=900, cwd=work)
     ended = time.time()
     summary = json.loads((run_dir / "summary.json").read_text())
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
@@ -59,7 +59,8 @@ def run_case(code: str, python: str, script: str, extra: dict, max_steps: int,
         e["event"] == "coordinator" and e["action"] == "finish")), default=None)
     return {"status": proc.returncode, "past": summary["steps_past_max_steps"],
             "after": ended - reached if reached is not None else None,
-            "training": summary["training"]}
+            "training": summary["training"], "duration": summary["duration"],
+            "reason": summary["reason"][:120]}
 
 
 def main() -> None:
@@ -102,8 +103,11 @@ def main() -> None:
 def _cell(runs: list[dict]) -> str:
     past = [r["past"] for r in runs if r["past"] is not None]
     after = [r["after"] for r in runs if r["after"] is not None]
-    past_text = f"{statistics.median(past):g}" if past else "no checkpoint"
-    after_text = f"{statistics.median(after):.1f} s" if after else "-"
+    middle = statistics.median(past) if past else None
+    past_text = "no checkpoint" if middle is None else f"{middle:g}" if middle >= 0 else \
+        f"{-middle:g} short"
+    after_text = f"{statistics.median(after):.1f} s" if after else \
+        f"never seen (ended after {statistics.median(r['duration'] for r in runs):.0f} s)"
     verdicts = sorted({f"exit {r['status']} ({r['training']})" for r in runs})
     return f"{past_text} / {after_text} / {', '.join(verdicts)}"
 

@@ -291,15 +291,20 @@ class Job:
         ``save_due``). model_dir's view is read only once training was seen done, or the
         trainers' output showed max_steps: before that nothing is due."""
         max_steps = self.plan.max_steps
-        if max_steps is None or not self.timeouts.get("preempt") or self.plan.synchronous:
+        if max_steps is None or not self.timeouts.get("preempt") or self.plan.synchronous \
+                or self._request_over:
             return      # MultiWorkerMirroredStrategy: its own rules (docs/ending.md)
         shown = self.console.steps.newest()
         if self.training_done_at is None and (shown is None or shown.step < max_steps):
             return
         tasks = self.snapshot()
         if not savers(tasks, False) or self.tasks.primary.status is not None:
+            self._request_over = True       # the script ended training itself
             return
         view = self._training(tasks)
+        if view.final_step is not None and view.final_step >= max_steps:
+            self._request_over = True       # a checkpoint covers max_steps: none is due
+            return
         step, source = self._freshest(view)
         now = self.clock()
         if step is not None and step >= max_steps and self._max_seen_at is None:
