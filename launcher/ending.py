@@ -381,7 +381,8 @@ LOOK_AGAIN = 2.0
 
 PREEMPTION = "preemption notice"   # the two triggers of one notice, as the console names them
 AT_MAX_STEPS = "save request at max_steps"
-END_GRACE = 2.0     # s a step at max_steps (not moving past it) is given to be saved
+END_GRACE = 10.0    # s a step at max_steps (not moving past it) is given to be saved: a script
+# that stops there by itself (StopAtStepHook, fit's epochs) saves in that time, under load too
 
 
 @dataclass
@@ -461,17 +462,23 @@ def over(notice: Notice, now: float, tasks: list[TaskState], training: TrainingV
     if nothing and set(nothing) >= set(notice.notified):
         return f"nothing in {', '.join(nothing)} saves on a notice (no training session open)"
     if not any(t.running for t in tasks if t.name in notice.notified):
-        ended = [t.ended_at for t in tasks if t.name in notice.notified and
-                 t.ended_at is not None]
-        if ended and now - max(ended) < LOOK_AGAIN:
-            return None     # a saver that saved and ended: its checkpoint is read next
-        return f"{names} ended without a new checkpoint"
+        return _ended_unsaved(notice, now, tasks)
     if not answered and now - notice.at >= min(ANSWER_WITHIN, notice.bound):
         return (f"{names} did not answer the notice within {ANSWER_WITHIN:g}s (no notice "
                 "handler in it: docs/preemption.md)")
     if now - notice.at >= notice.bound:
         return f"no new checkpoint within {notice.bound:g}s (timeouts.preempt)"
     return None
+
+
+def _ended_unsaved(notice: Notice, now: float, tasks: list[TaskState]) -> str | None:
+    """Every saver ended: without a new checkpoint once model_dir was read on for
+    LOOK_AGAIN s (a saver that saved and ended at once: its checkpoint is read next)."""
+    ended = [t.ended_at for t in tasks if t.name in notice.notified and
+             t.ended_at is not None]
+    if ended and now - max(ended) < LOOK_AGAIN:
+        return None
+    return f"{', '.join(notice.notified)} ended without a new checkpoint"
 
 
 def summary(reached: int | None, saved: int | None) -> dict:

@@ -13,7 +13,7 @@ import signal
 import pytest
 from scripted_backend import Script, ScriptedBackend, run_job
 
-from launcher.ending import AT_MAX_STEPS, JobResult, TrainingView, save_due
+from launcher.ending import AT_MAX_STEPS, END_GRACE, JobResult, TrainingView, save_due
 from launcher.output.closing import Closing
 from launcher.output.summary import closing_lines, unsaved_words, verdict
 from orchestrator.checkpoints import Checkpoint
@@ -187,7 +187,8 @@ def test_the_closing_line_says_what_saved_the_final_checkpoint():
     (599, 300, None, False),        # short of max_steps
     (700, 600, None, False),        # a checkpoint covers it
     (602, 300, 0.5, False),         # at max_steps, not moving past it: it may stop there
-    (602, 300, 2.0, True),          # ... but it stayed unsaved
+    (602, 300, END_GRACE - 1, False),   # ... saving slowly (Keras' last epoch, under load)
+    (602, 300, END_GRACE, True),    # ... but it stayed unsaved
     (700, 300, 0.0, True),          # moving past max_steps: at once
     (700, None, 0.0, True),         # no checkpoint at all
 ])

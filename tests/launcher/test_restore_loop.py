@@ -88,9 +88,6 @@ def test_a_restored_series_that_reaches_max_steps_ends_training_but_not_as_a_suc
     assert "step 2000 in the chief's events file reached max_steps 2000" in text
     assert result.status == 0                               # every task ended ...
     closing = final_read(CheckpointReader(url), MAX_STEPS, False)
-    short = verdict(result, closing)                        # ... but it is no success
-    assert short is not None and short.startswith(
+    assert verdict(result, closing) == (                    # ... but it is no success
         "training was ended by the launcher, but the newest complete checkpoint "
-        "model.ckpt-200 is short of max_steps 2000, and chief:0 did not exit 0 by itself: "
-        "the steps trained since the newest checkpoint were lost")
-    assert result.save_request is not None and not result.save_request["saved"]
+        "model.ckpt-200 is short of max_steps 2000, and chief:0 did not exit 0 by itself")
