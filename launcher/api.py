@@ -572,6 +572,12 @@ def _close(run: Attached, result: JobResult, job: Job, watch: JobWatch,
         TrainingView(evaluated_step=closing.evaluated_step), job.snapshot()).evaluated_step
     if result.preemption is not None:
         result.preemption = preempted_at(result.preemption, watch.progress(), closing)
+    if result.save_request is not None:
+        shown = console.steps.newest()
+        if not result.save_request.get("saved"):    # what training lost: the steps reached
+            result.save_request = preempted_at(     # past the newest checkpoint
+                result.save_request, watch.progress(), closing,
+                result.save_request.get("step_seen"), shown.step if shown else None)
     short = verdict(result, closing)
     if short:
         result = dataclasses.replace(result, status=1, reason=short)
@@ -615,13 +621,15 @@ def cancelled(run_dir: str) -> bool:
     return os.path.exists(os.path.join(run_dir, CANCEL_FILE))
 
 
-def preempted_at(notice: dict[str, Any], seen: Progress, closing: Any) -> dict[str, Any]:
+def preempted_at(notice: dict[str, Any], seen: Progress, closing: Any,
+                 *more: int | None) -> dict[str, Any]:
     """The notice's record with the step training reached (the newest the coordinator saw,
-    events or checkpoint), the newest complete checkpoint's after the stop, and the steps
-    lost between the two."""
+    events or checkpoint, or ``more``: the trainers' output), the newest complete
+    checkpoint's after the stop, and the steps lost between the two."""
     from launcher.ending import summary
 
-    steps = [s for s in (seen.latest_step, seen.step, closing.final_step) if s is not None]
+    steps = [s for s in (seen.latest_step, seen.step, closing.final_step, *more)
+             if s is not None]
     return {**notice, **summary(max(steps) if steps else None, closing.final_step)}
 
 

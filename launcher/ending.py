@@ -65,6 +65,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from orchestrator.decisions import TaskState
 from orchestrator.preemption import NOTHING_TO_SAVE
@@ -100,6 +101,7 @@ class JobResult:
     waited: list[str] = field(default_factory=list)       # trainers waited for past finish
     cut_short: list[str] = field(default_factory=list)    # what was stopped mid-work, why
     preemption: dict | None = None    # a preemption notice carried out (launcher/ending.py)
+    save_request: dict | None = None  # the save request at max_steps (Notice.to_dict)
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,11 @@ class TrainingView:
     evaluated_step: int | None = None  # the newest step the evaluator evaluated
     written_for: float | None = None   # s since model_dir last changed (None: not watched)
     written: str | None = None        # the file of model_dir that changed last
+    # a save request at max_steps went unanswered: the trainers are waited for (their
+    # own save or end) until a checkpoint covers max_steps, at most timeouts.save
+    unsaved: bool = False
+    # the savers that saved on that request: on their way out, not stopped as runaways
+    saving: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -198,7 +205,8 @@ def _past_max_steps(tasks: list[TaskState], trainers: list[TaskState],
     """A script that ignores max_steps: its steps still move past a saved final step."""
     saved = training.final_step is not None and training.max_steps is not None and \
         training.final_step >= training.max_steps
-    if saved and training.reached_at is not None and \
+    trainers = [t for t in trainers if t.name not in training.saving]
+    if saved and trainers and training.reached_at is not None and \
             _moving(training, len([t for t in tasks if t.type in TRAINERS])):
         return EndStep(_names(trainers), f"step {training.latest_step} is past max_steps "
                                          f"{training.max_steps} and still moving: the "
@@ -226,11 +234,16 @@ def _still_at_work(now: float, since: float, trainers: list[TaskState],
     together, which timeouts.save waits for (then they are cut short)."""
     bound = timeouts.get("save", SAVE_BOUND)
     writing = training.written_for is not None and training.written_for < WRITE_QUIET
-    if not (writing or together):
+    own_save = training.unsaved and not _covered(training)
+    if not (writing or together or own_save):
         return EndStep(_names(trainers), f"still running {timeouts['finish']:g}s after "
                                          f"training was done (timeouts.finish)")
     if now - since < bound:
         return EndStep(wait=_waiting(trainers, training, writing))
+    if not (writing or together):
+        return EndStep(_names(trainers), f"no checkpoint at max_steps {training.max_steps} "
+                                         f"within {bound:g}s after training was done "
+                                         f"(timeouts.save): stopped unsaved")
     what = f"writing model_dir ({training.written} changed {training.written_for:.0f}s " \
         f"before)" if writing else "running together (synchronous: a save every worker " \
                                    "makes, the end of fit)"
@@ -246,8 +259,16 @@ def _all_run(tasks: list[TaskState]) -> bool:
 
 def _waiting(trainers: list[TaskState], training: TrainingView, writing: bool) -> str:
     what = f"model_dir is being written ({training.written})" if writing else \
+        "the script's own save or end (it cannot save on request)" if training.unsaved \
+        and not _covered(training) else \
         "synchronous trainers end together (a save every worker makes)"
     return f"{_names_text(trainers)}: {what}"
+
+
+def _covered(training: TrainingView) -> bool:
+    """A complete checkpoint at or past max_steps is in model_dir."""
+    return training.final_step is not None and training.max_steps is not None and \
+        training.final_step >= training.max_steps
 
 
 def _evaluator(now: float, tasks: list[TaskState], training: TrainingView,
@@ -352,11 +373,24 @@ def _names_text(tasks: list[TaskState]) -> str:
 # answers (one sent before the handler was armed, as the task started, is lost).
 ANSWER_WITHIN = 10.0
 RESEND = 1.0
+# s model_dir is read on after the savers ended: one that saved and exited at once ends
+# before the coordinator's next poll sees its checkpoint (every 0.1 s near max_steps,
+# timeouts.poll = 1 s otherwise)
+LOOK_AGAIN = 2.0
+
+
+PREEMPTION = "preemption notice"   # the two triggers of one notice, as the console names them
+AT_MAX_STEPS = "save request at max_steps"
+END_GRACE = 10.0    # s a step at max_steps (not moving past it) is given to be saved: a script
+# that stops there by itself (StopAtStepHook, fit's epochs) saves in that time, under load too
 
 
 @dataclass
 class Notice:
-    """One notice being carried out: when it came, what model_dir held then, who got it."""
+    """One notice being carried out: when it came, what model_dir held then, who got it.
+    ``kind``: a preemption (SIGTERM to the launcher) or the save request at max_steps
+    (the step reached max_steps and no checkpoint covers it); ``step``: the step its
+    checkpoint must reach (the newest known at a preemption, max_steps at the end)."""
 
     at: float
     bound: float                    # timeouts.preempt
@@ -364,11 +398,42 @@ class Notice:
     step: int | None = None         # the newest step known at the notice
     saved: int | None = None        # the newest complete checkpoint's step then
     outcome: str = ""               # why the wait ended
+    kind: str = PREEMPTION
+    sends: int = 0                  # the signal it is sent as
+    sent: float = -float("inf")     # when it was last sent
+    answered: dict[str, str] = field(default_factory=dict)   # each saver's answer line
+    seen: int | None = None         # the step that made it due (the end's request)
+    source: str = ""                # ... and where that step was seen
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
+        if self.kind == AT_MAX_STEPS:
+            return {"notified": list(self.notified), "step_seen": self.seen,
+                    "seen_in": self.source, "checkpoint_at_request": self.saved,
+                    "bound": self.bound, "outcome": self.outcome,
+                    "answers": dict(self.answered), "saved": self.saved_it}
         return {"notified": list(self.notified), "step_at_notice": self.step,
                 "checkpoint_at_notice": self.saved, "bound": self.bound,
                 "outcome": self.outcome}
+
+    @property
+    def saved_it(self) -> bool:
+        """Its checkpoint came (the wait ended on it)."""
+        return self.outcome.startswith("checkpoint at step ")
+
+
+def save_due(training: TrainingView, step: int | None, trainers: int,
+             reached_for: float | None) -> bool:
+    """Whether the savers get the save request at max_steps: the freshest step (``step``:
+    the trainers' output or model_dir, whichever is newer) reached max_steps, no complete
+    checkpoint covers it, and it moves on past max_steps (more than asynchronous updates
+    overshoot: the script does not stop there) or stayed there ``END_GRACE`` s unsaved
+    (``reached_for``: since when it is known; a script that stops at max_steps saves in
+    that time by itself)."""
+    if training.max_steps is None or step is None or step < training.max_steps or \
+            _covered(training):
+        return False
+    moving = step > training.max_steps + OVERSHOOT_PER_TRAINER * max(1, trainers)
+    return moving or (reached_for is not None and reached_for >= END_GRACE)
 
 
 def savers(tasks: list[TaskState], synchronous: bool) -> list[str]:
@@ -397,13 +462,23 @@ def over(notice: Notice, now: float, tasks: list[TaskState], training: TrainingV
     if nothing and set(nothing) >= set(notice.notified):
         return f"nothing in {', '.join(nothing)} saves on a notice (no training session open)"
     if not any(t.running for t in tasks if t.name in notice.notified):
-        return f"{names} ended without a new checkpoint"
+        return _ended_unsaved(notice, now, tasks)
     if not answered and now - notice.at >= min(ANSWER_WITHIN, notice.bound):
         return (f"{names} did not answer the notice within {ANSWER_WITHIN:g}s (no notice "
                 "handler in it: docs/preemption.md)")
     if now - notice.at >= notice.bound:
         return f"no new checkpoint within {notice.bound:g}s (timeouts.preempt)"
     return None
+
+
+def _ended_unsaved(notice: Notice, now: float, tasks: list[TaskState]) -> str | None:
+    """Every saver ended: without a new checkpoint once model_dir was read on for
+    LOOK_AGAIN s (a saver that saved and ended at once: its checkpoint is read next)."""
+    ended = [t.ended_at for t in tasks if t.name in notice.notified and
+             t.ended_at is not None]
+    if ended and now - max(ended) < LOOK_AGAIN:
+        return None
+    return f"{', '.join(notice.notified)} ended without a new checkpoint"
 
 
 def summary(reached: int | None, saved: int | None) -> dict:

@@ -50,6 +50,8 @@ from typing import TYPE_CHECKING, Callable
 
 from launcher.backends.base import Backend
 from launcher.ending import (
+    AT_MAX_STEPS,
+    PREEMPTION,
     RESEND,
     SAVE_BOUND,
     JobResult,
@@ -58,6 +60,7 @@ from launcher.ending import (
     end_step,
     over,
     own_evaluations,
+    save_due,
     savers,
 )
 from launcher.errors import UsageError
@@ -158,6 +161,10 @@ class Job:
         self.readiness = readiness
         self.tick_every = tick_every(len(plan.tasks))   # monitors: longer with many tasks
         self.notice: Notice | None = None     # a preemption notice (launcher/ending.py)
+        self.request: Notice | None = None    # the save request at max_steps (the same)
+        self._requested_to: list[TaskRun] = []   # ... and the savers it went to
+        self._request_over = False      # ... its wait is over
+        self._max_seen_at: float | None = None   # when the freshest step reached max_steps
         self.cancelled = cancelled      # the SIGTERM came from `launch cancel`
 
     def _events_unwritten(self, error: OSError) -> None:
@@ -229,7 +236,10 @@ class Job:
                 self._announce()
             if self.interrupted:
                 return self._interrupted()
-            result = self._judge_exits() or self._tick_monitors() or self._judge_turn()
+            result = self._judge_exits() or self._tick_monitors()
+            if result is None:
+                self._save_at_max_steps()
+                result = self._judge_turn()
             if result is not None:
                 return result
             self._start_due()
@@ -247,6 +257,87 @@ class Job:
         self.monitors += watch.monitors
         self.readiness = self.readiness or watch.readiness
         self.training = self.training or watch.training
+
+    def _save_at_max_steps(self) -> None:
+        """The end uses the notice: once the freshest step (the trainers' output, the
+        events file, a checkpoint) reached max_steps and no complete checkpoint covers it,
+        the savers get the same save request as a preemption notice, while every ps
+        serves; the end rules wait for its checkpoint (docs/ending.md). A saver that cannot
+        save on request is said at once; its script's own save or end is waited for,
+        within timeouts.save."""
+        if self.request is None:
+            self._request_if_due()
+        request = self.request
+        if request is None or self._request_over:
+            return
+        outcome = self._notice_turn(request, self._requested_to)
+        if not outcome:
+            return
+        self._request_over = True
+        max_steps = self.plan.max_steps
+        if request.saved_it:
+            self.console.info(f"{AT_MAX_STEPS}: {outcome} (max_steps {max_steps}); ending "
+                              f"the job: the trainers, then the ps")
+        elif any(r.running for r in self._requested_to):
+            self.console.info(f"{AT_MAX_STEPS}: {outcome}: it cannot save on request; "
+                              f"waiting for its own save or end (at most timeouts.save "
+                              f"{self.timeouts.get('save', SAVE_BOUND):g}s from training's "
+                              f"end)")
+        else:
+            self.console.info(f"{AT_MAX_STEPS}: {outcome}")
+        self.events.write("save_request_over", outcome=outcome, saved=request.saved_it)
+
+    def _request_if_due(self) -> None:
+        """Send the save request at max_steps when it is due (launcher/ending.py
+        ``save_due``). model_dir's view is read only once training was seen done, or the
+        trainers' output showed max_steps: before that nothing is due."""
+        max_steps = self.plan.max_steps
+        if max_steps is None or not self.timeouts.get("preempt") or self.plan.synchronous \
+                or self._request_over:
+            return      # MultiWorkerMirroredStrategy: its own rules (docs/ending.md)
+        shown = self.console.steps.newest()
+        if self.training_done_at is None and (shown is None or shown.step < max_steps):
+            return
+        tasks = self.snapshot()
+        if not savers(tasks, False) or self.tasks.primary.status is not None:
+            self._request_over = True       # the script ended training itself
+            return
+        view = self._training(tasks)
+        if view.final_step is not None and view.final_step >= max_steps:
+            self._request_over = True       # a checkpoint covers max_steps: none is due
+            return
+        step, source = self._freshest(view)
+        now = self.clock()
+        if step is not None and step >= max_steps and self._max_seen_at is None:
+            self._max_seen_at = now
+        since = None if self._max_seen_at is None else now - self._max_seen_at
+        if save_due(view, step, sum(1 for t in tasks if t.type in TRAINERS), since):
+            self._send_request(tasks, view, step, source)
+
+    def _freshest(self, view: TrainingView) -> tuple[int | None, str]:
+        """The newest step known and where it was seen: the trainers' output, or model_dir
+        (the events file, a checkpoint)."""
+        shown = self.console.steps.newest()
+        if shown is not None and (view.latest_step is None or shown.step > view.latest_step):
+            return shown.step, f"{shown.task}'s output"
+        return view.latest_step, "model_dir"
+
+    def _send_request(self, tasks: list[TaskState], view: TrainingView, step: int | None,
+                      source: str) -> None:
+        """The save request at max_steps, said in one line; training is done from now."""
+        max_steps = self.plan.max_steps
+        request, self._requested_to = self._notify(tasks, AT_MAX_STEPS, max_steps,
+                                                   view.final_step)
+        request.seen, request.source = step, source
+        now = self.clock()
+        self.training_done_at = self.training_done_at or now
+        self.reached_at = self.reached_at or now
+        covers = f"the newest complete checkpoint is at step {view.final_step}" \
+            if view.final_step is not None else "no complete checkpoint yet"
+        self.console.info(f"{AT_MAX_STEPS}: step {step} ({source}) reached max_steps "
+                          f"{max_steps} and {covers}: "
+                          f"{names_text(list(request.notified))} to save a checkpoint now "
+                          f"(at most {request.bound:g}s, timeouts.preempt), every ps serving")
 
     def _judge_exits(self) -> JobResult | None:
         """The tasks that ended since the last turn, each through its restart policy; the
@@ -326,47 +417,62 @@ class Job:
         self.tasks.cancel_starts()
         tasks = self.snapshot()
         view = self._training(tasks)
+        notice, notified = self._notify(tasks, PREEMPTION, view.latest_step, view.final_step)
+        self.console.info(f"{PREEMPTION}: {names_text(list(notice.notified)) or 'no task'}"
+                          f" to save a checkpoint at the current step (at most "
+                          f"{notice.bound:g}s, timeouts.preempt), every ps serving")
+        return self._wait_for_the_save(notice, notified)
+
+    def _notify(self, tasks: list[TaskState], kind: str, step: int | None,
+                saved: int | None) -> tuple[Notice, list[TaskRun]]:
+        """The notice (a preemption, or the save request at max_steps) for the savers:
+        recorded, sent by the first turn of its wait (``_notice_turn``)."""
         synchronous = self.plan.synchronous
         sends = signal.SIGTERM if synchronous else self.backend.notice.sends
         notified = [r for r in self.tasks.runs if r.name in savers(tasks, synchronous)]
         notice = Notice(self.clock(), self.timeouts["preempt"], tuple(r.name for r in notified),
-                        view.latest_step, view.final_step)
-        self.notice = notice
-        self.events.write("preemption_notice", tasks=list(notice.notified),
-                          signal=signal.Signals(sends).name, step=notice.step,
-                          checkpoint=notice.saved)
-        self.console.info(f"preemption notice: {names_text(list(notice.notified)) or 'no task'}"
-                          f" to save a checkpoint at the current step (at most "
-                          f"{notice.bound:g}s, timeouts.preempt), every ps serving")
+                        step, saved, kind=kind, sends=sends)
+        if kind == PREEMPTION:
+            self.notice = notice
+        else:
+            self.request = notice
+        self.events.write("preemption_notice" if kind == PREEMPTION else "save_request",
+                          tasks=list(notice.notified), signal=signal.Signals(sends).name,
+                          step=notice.step, checkpoint=notice.saved)
         for run in notified:
             run.stopped = run.stopped or sends == signal.SIGTERM
-        return self._wait_for_the_save(notice, notified, sends)
+        return notice, notified
 
-    def _wait_for_the_save(self, notice: Notice, notified: list[TaskRun], sends: int) -> str:
-        """The notice sent (again every RESEND s until answered, where it may come before
-        the task armed its handler), the monitors ticked, the answers read, until the wait
-        is over (launcher/ending.py ``over``); returns why it ended."""
-        ticked = sent = -float("inf")
-        answered: dict[str, str] = {}
+    def _wait_for_the_save(self, notice: Notice, notified: list[TaskRun]) -> str:
+        """A preemption's wait: the monitors ticked, the notice's turns taken, until the
+        wait is over; returns why it ended."""
+        ticked = -float("inf")
         while True:
-            if self.clock() - sent >= RESEND and (sent < 0 or sends == NOTICE):
-                sent = self.clock()
-                self._send_notice(notified, answered, sends)
             self.tasks.take_ended()
             if self.clock() - ticked >= self.tick_every:
                 ticked = self.clock()
                 tasks = self.snapshot()
                 for monitor in self.monitors:
                     monitor.tick(tasks)
-            tasks = self.snapshot()
-            answered.update(answers(notified, answered))
-            outcome = over(notice, self.clock(), tasks, self._training(tasks), answered)
+            outcome = self._notice_turn(notice, notified)
             if outcome:
-                notice.outcome = outcome
-                self.console.info(f"preemption notice: {outcome}; stopping the tasks, "
-                                  "the ps last")
+                self.console.info(f"{PREEMPTION}: {outcome}; stopping the tasks, the ps last")
                 return outcome
             self.wait(TURN)
+
+    def _notice_turn(self, notice: Notice, notified: list[TaskRun]) -> str:
+        """One turn of a notice's wait: sent (again every RESEND s until answered, where it
+        may come before the task armed its handler), the answers read, and why the wait is
+        over (launcher/ending.py ``over``; "" while it goes on)."""
+        if self.clock() - notice.sent >= RESEND and \
+                (notice.sent < 0 or notice.sends == NOTICE):
+            notice.sent = self.clock()
+            self._send_notice(notified, notice.answered, notice.sends)
+        tasks = self.snapshot()
+        notice.answered.update(answers(notified, notice.answered))
+        notice.outcome = over(notice, self.clock(), tasks, self._training(tasks),
+                              notice.answered) or ""
+        return notice.outcome
 
     @staticmethod
     def _send_notice(notified: list[TaskRun], answered: dict[str, str], sends: int) -> None:
@@ -537,6 +643,9 @@ class Job:
         view = self.training() if self.training is not None else \
             TrainingView(max_steps=self.plan.max_steps)
         view = own_evaluations(view, tasks)
+        if self.request is not None and self._request_over:
+            view = replace(view, unsaved=True) if not self.request.saved_it else \
+                replace(view, saving=tuple(self.request.answered))
         if self.reached_at is not None:
             view = replace(view, reached_at=self.reached_at)
         return view
@@ -546,6 +655,8 @@ class Job:
         when every task ended."""
         now = self.clock()
         tasks = self.snapshot()
+        if self.request is not None and not self._request_over:
+            return False        # the savers save on request: nothing is stopped meanwhile
         if self.trainers_done_at is None and not any(
                 t.type in TRAINERS and (t.running or t.restarting) for t in tasks):
             self.trainers_done_at = now
@@ -612,6 +723,8 @@ class Job:
                            self.unwritten.lines(), [lost.to_dict() for lost in self.lost],
                            waited=list(self.waited), cut_short=list(self.cut_short),
                            preemption=self.notice.to_dict() if self.notice is not None
+                           else None,
+                           save_request=self.request.to_dict() if self.request is not None
                            else None)
         self.events.write("job_ended", status=status, reason=reason,
                           duration=round(result.duration, 3))

@@ -47,15 +47,35 @@ NOTHING_TO_SAVE = ANSWER + "nothing in this task saves on it (no training sessio
 SESSION_MODULE = "tensorflow.python.training.monitored_session"
 ESTIMATOR_FILE = os.path.join("tensorflow_estimator", "python", "estimator")
 
-_state: dict[str, Any] = {"requested": False, "polled": False, "exit": False}
+MAX_STEPS_ENV = "TFCLUSTER_MAX_STEPS"
+HOOKS_MODULE = "tensorflow.python.training.basic_session_run_hooks"
+AT_MAX_STEPS = "tfcluster: max_steps {} reached in this task: stopping the training session " \
+    "after this step; its checkpoint hooks save"
+
+_state: dict[str, Any] = {"requested": False, "polled": False, "exit": False,
+                          "max_steps": None}
 
 
-def requested() -> bool:
-    """True once a preemption notice came: a custom training loop that asks saves its
-    checkpoint (``CheckpointManager.save``) and returns. Asking tells the notice's handler
-    that this loop saves on it."""
+def requested(step: int | None = None) -> bool:
+    """True once a preemption notice (or the launcher's save request at max_steps) came: a
+    custom training loop that asks saves its checkpoint (``CheckpointManager.save``) and
+    returns. Asking tells the notice's handler that this loop saves on it. ``step``: the
+    loop's step; True also once it reached the spec's max_steps (TFCLUSTER_MAX_STEPS), so
+    the loop saves and ends there by itself, with or without a launcher following it."""
     _state["polled"] = True
-    return bool(_state["requested"])
+    if step is not None and _state["max_steps"] is None:
+        _state["max_steps"] = _max_steps(os.environ)
+    top = _state["max_steps"]
+    return bool(_state["requested"]) or (step is not None and top is not None and
+                                         int(step) >= top)
+
+
+def _max_steps(env: dict[str, str] | os._Environ[str]) -> int | None:
+    try:
+        value = int(env.get(MAX_STEPS_ENV, ""))
+    except ValueError:
+        return None
+    return value if value > 0 else None
 
 
 def signals_of(value: str) -> list[int]:
@@ -90,6 +110,9 @@ def arm(env: dict[str, str] | os._Environ[str] | None = None) -> bool:
     if saves(env):
         for sig in wanted:
             signal.signal(sig, _on_notice)
+        top = _max_steps(env)
+        if signal.SIGTERM in wanted and top is not None:    # no launcher follows the task
+            sys.meta_path.insert(0, _OnImport(HOOKS_MODULE, lambda m: _stop_at(m, top)))
         return True
     if env.get("TFCLUSTER_TASK_TYPE") == "ps" and signal.SIGTERM in wanted:
         return _serve_on(env)
@@ -141,6 +164,56 @@ def _stop_sessions() -> bool:
             return True
         frame = frame.f_back
     return False
+
+
+class _OnImport:
+    """A finder that runs ``then(module)`` once the module ``name`` was imported (and
+    steps aside at its first import)."""
+
+    def __init__(self, name: str, then: Any):
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        import importlib.util
+
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        loader = getattr(spec, "loader", None)
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        run, then = loader.exec_module, self.then
+
+        def exec_module(module: Any) -> None:
+            run(module)
+            try:
+                then(module)
+            except Exception as error:  # noqa: BLE001 - training goes on without it
+                _say(f"tfcluster: the stop at max_steps is not armed: {error!r}")
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def _stop_at(module: Any, max_steps: int) -> None:
+    """Where no launcher follows the task (a pod): the chief's ``CheckpointSaverHook``
+    asks its session to stop once the global step reached ``max_steps``; the session's
+    hooks' ``end()`` then save there (Estimator, TF1 MonitoredTrainingSession), and the
+    script goes on after its training loop as if it had ended by itself."""
+    cls = module.CheckpointSaverHook
+    after = cls.after_run
+
+    def after_run(self: Any, run_context: Any, run_values: Any) -> Any:
+        result = after(self, run_context, run_values)
+        stale = run_values.results      # the global step before this run's update
+        if stale is not None and int(stale) + 1 >= max_steps and not _state["requested"]:
+            _state["requested"] = True
+            _say(AT_MAX_STEPS.format(max_steps))
+            run_context.request_stop()
+        return result
+
+    cls.after_run = after_run
 
 
 def _in_estimator(frame: FrameType | None) -> bool:

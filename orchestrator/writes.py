@@ -5,7 +5,9 @@ export) instead of stopping them in the middle of it.
 ``WriteWatch.look`` lists model_dir (recursively, one listing: on S3 one paged LIST) and
 compares every file's size and modification time with the previous look; a difference is a
 write. What the launcher's other writers put there does not count: the evaluator's
-``eval*/`` directories, the metrics file, the launcher's own lease (its heartbeat).
+``eval*/`` directories, the metrics file, the launcher's own lease (its heartbeat), and
+the trainers' events files (``events.out.tfevents.*``): a trainer appends its summaries
+there while it trains, and training is not a save (docs/ending.md).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.metrics_file import METRICS_FILE
+from orchestrator.tfformats import EVENTS_PREFIX
 
 NOT_THE_TRAINERS = (METRICS_FILE,)       # files other writers keep changing
 OTHER_PREFIXES = (".tfcluster", "eval")  # the launcher's own files, the evaluator's dirs
@@ -45,7 +48,8 @@ class WriteWatch:
         out = {}
         for path, info in found.items():
             name = path[len(self.root):].lstrip("/") if path.startswith(self.root) else path
-            if name in NOT_THE_TRAINERS or name.split("/", 1)[0].startswith(OTHER_PREFIXES):
+            if name in NOT_THE_TRAINERS or name.split("/", 1)[0].startswith(OTHER_PREFIXES) \
+                    or name.rsplit("/", 1)[-1].startswith(EVENTS_PREFIX):
                 continue
             stamp = info.get("mtime", info.get("LastModified", info.get("ETag")))
             out[name] = (info.get("size"), stamp)

@@ -45,6 +45,9 @@ class Script:
     # a signal ignored by default (SIGURG: the preemption notice) leaves it running; it
     # prints these lines
     notice_lines: list[str] = field(default_factory=list)
+    # s after the first notice when it exits with ``status`` by itself (its save made);
+    # None: the notice does not end it
+    notice_exit: float | None = None
 
 
 IGNORED_BY_DEFAULT = (signal.SIGURG, signal.SIGWINCH, signal.SIGCHLD)
@@ -99,8 +102,10 @@ class ScriptedHandle(TaskHandle):
         self.started = clock()
         self.ended: int | None = None
         self.signals: list[int] = []
+        self.signal_times: list[float] = []     # when each of ``signals`` came
         self.termed: float | None = None      # when a slow SIGTERM arrived
         self.signalled_at: float | None = None     # when the first signal came
+        self.noticed: float | None = None       # when the first notice (SIGURG) came
         self._output = Output([f"{line}\n".encode() for line in script.lines])
         self.read = False           # the job loop took its output to read it
 
@@ -119,6 +124,9 @@ class ScriptedHandle(TaskHandle):
         if self.ended is None and s.exit_at is not None and \
                 self.clock() - self.started >= s.exit_at:
             self.ended = s.status
+        if self.ended is None and s.notice_exit is not None and self.noticed is not None \
+                and self.clock() - self.noticed >= s.notice_exit:
+            self.ended = s.status
         if self.ended is None and self.termed is not None and \
                 self.clock() - self.termed >= s.term_takes:
             self.ended = -signal.SIGTERM if s.term_status is None else s.term_status
@@ -128,11 +136,14 @@ class ScriptedHandle(TaskHandle):
 
     def signal(self, sig: int) -> None:
         self.signals.append(sig)
+        self.signal_times.append(self.clock())
         if self.signalled_at is None:
             self.signalled_at = self.clock()
         if self.poll() is not None:
             return
         if sig in IGNORED_BY_DEFAULT:
+            if sig == signal.SIGURG and self.noticed is None:
+                self.noticed = self.clock()
             self._output.add([f"{line}\n".encode() for line in self.script.notice_lines])
             return
         if sig == signal.SIGTERM and self.script.term_takes and not self.script.ignores_term:

@@ -77,9 +77,26 @@ def _duration(state: dict) -> str:
     return duration_text(max(0.0, end - start))
 
 
-def _progress(state: dict) -> str:
-    step, top = state.get("step"), state.get("max_steps")
-    return f"{step if step is not None else '-'}/{top if top is not None else '-'}"
+def _progress(state: dict, detail: bool = False) -> str:
+    """STEP/MAX_STEPS: the freshest step known (a trainer's output, the events file, a
+    checkpoint: state.json's progress), not the newest checkpoint's alone; ``detail``:
+    where it was seen, how long ago, and the checkpoint's step apart."""
+    found = state.get("progress")
+    progress: dict = found if isinstance(found, dict) else {}
+    saved, top = state.get("step"), state.get("max_steps")
+    step = progress.get("latest_step")
+    if not isinstance(step, int) or (isinstance(saved, int) and saved > step):
+        step = saved
+    text = f"{step if step is not None else '-'}/{top if top is not None else '-'}"
+    if not detail or step is None or step == saved:
+        return text
+    from launcher.commands.status_document import step_age
+    from launcher.output.progress import duration_text
+
+    age = step_age(progress)
+    where = progress.get("step_source") or "model_dir"
+    seen = f"{where} {duration_text(age)} ago" if age is not None else where
+    return f"{text} ({seen}; checkpoint at step {saved if saved is not None else '-'})"
 
 
 def task_table(state: dict, run_dir: str, now: str | None = None, every: bool = True
@@ -192,14 +209,16 @@ def status_lines(state: dict, now: str, note: str | None) -> list[str]:
     lines = [f"run {state['run_id']}  {state['name']}  backend {state['backend']}{where}  "
              f"state {now}{attempt}",
              f"started {_clock(state.get('started'))}  duration {_duration(state)}  "
-             f"step {_progress(state)}  restarts {state.get('restarts', 0)}"]
+             f"step {_progress(state, detail=True)}  restarts {state.get('restarts', 0)}"]
     if note:
         lines.append(note)
     if state.get("reason"):
         lines.append(f"reason: {state['reason']}")
-    preemption = (state.get("summary") or {}).get("preemption")
+    summary = state.get("summary") or {}
+    preemption = summary.get("preemption")
     if preemption:      # the step reached, the step saved, the steps lost
-        lines.append(closing_line(preemption))
+        status = summary.get("status")
+        lines.append(closing_line(preemption, status if isinstance(status, int) else None))
     from launcher.records.lease import status_line
 
     lease = status_line(state, lost=now == "lost")

@@ -40,7 +40,7 @@ def status_document(state: dict, run_dir: str, now_state: str, note: str | None
         "duration": _duration(state, live),
         "verdict": None if live else _verdict(state, summary),
         "step": step, "latest_step": progress.get("latest_step", step),
-        "step_source": progress.get("step_source"),
+        "step_source": progress.get("step_source"), "step_age": step_age(progress),
         "max_steps": state.get("max_steps"), "checkpoint": state.get("checkpoint"),
         "rate": progress.get("rate") if live else None,
         "eta": _eta(progress) if live else None,
@@ -52,6 +52,15 @@ def status_document(state: dict, run_dir: str, now_state: str, note: str | None
         "mlflow": tracking_link(state),
         "tasks": [_task(t) for t in state.get("tasks") or []],
     }
+
+
+def step_age(progress: dict, now: float | None = None) -> float | None:
+    """Seconds since the freshest step (``latest_step``) was seen: its age when the
+    launcher recorded it, plus the time since (``now``: wall clock, default the time)."""
+    age, at = progress.get("step_age"), progress.get("at")
+    if not isinstance(age, (int, float)) or not isinstance(at, (int, float)):
+        return None
+    return round(max(0.0, age + (time.time() if now is None else now) - at), 1)
 
 
 def _summary(run_dir: str) -> dict:

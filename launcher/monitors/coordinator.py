@@ -118,7 +118,7 @@ class CoordinatorMonitor:
         if self.on_progress is not None:
             started = self._started if self._started is not None else now
             self.on_progress(progress_fields(p, output_progress(self.console.steps, p, now,
-                                                                started)))
+                                                                started), now))
         self._maybe_print(p, now, silent, state)
         decision = self.coordinator.judge(tasks)
         if decision is None:

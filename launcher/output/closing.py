@@ -73,8 +73,9 @@ class Closing:
         steps = [s for s in (self.final_step, self.max_steps) if s is not None]
         return min(steps) if steps else None
 
-    def outcome_line(self) -> str | None:
-        """Where training ended, against max_steps."""
+    def outcome_line(self, how: str | None = None) -> str | None:
+        """Where training ended, against max_steps (``how``: what saved the final
+        checkpoint, when the launcher asked for it)."""
         ckpt = self.checkpoint
         if ckpt is None:
             return None
@@ -85,6 +86,8 @@ class Closing:
         if past is not None:
             line += (f", {past} step{'s' if past != 1 else ''} past max_steps {self.max_steps}"
                      if past >= 0 else f", {-past} short of max_steps {self.max_steps}")
+        if how and past is not None and past >= 0:
+            line += f" ({how})"
         if self.has_evaluator:
             line += (f"; evaluated at step {self.evaluated_step}"
                      if self.evaluated_step is not None else "; never evaluated")

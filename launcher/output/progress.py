@@ -108,23 +108,29 @@ def eval_text(ev: dict) -> str:
     return f"eval at step {ev.get('step')}: {metrics}"
 
 
-def progress_fields(p: Progress, output: OutputProgress | None = None) -> dict[str, Any]:
+def progress_fields(p: Progress, output: OutputProgress | None = None,
+                    now: float | None = None) -> dict[str, Any]:
     """The progress as plain data (state.json's ``progress``, `launch status --json`): the
     newest complete checkpoint's step, the newest step known and where it comes from
     (``model_dir``, or a trainer's own output when that is ahead: ``output``), steps per
     second, the ETA in seconds, the newest evaluation (its step and metrics) and the
-    newest evaluated step."""
+    newest evaluated step. ``step_age``: seconds since the newest step was first seen
+    (``now``: the clock of ``Progress.step_at``), when known."""
     ev = p.latest_eval if isinstance(p.latest_eval, dict) else None
     evaluation = {"step": ev.get("step"), "metrics": ev.get("metrics") or {}} if ev else None
     latest, source, rate = p.latest_step, "model_dir", p.steps_per_sec
+    age = now - p.step_at if now is not None and p.step_at is not None else None
     if output is not None and (latest is None or output.step > latest):
         latest, source = output.step, f"{output.task}'s output"
         rate = output.rate if output.rate is not None else rate
+        age = output.age
     eta = p.eta_secs
     if latest is not None and p.max_steps is not None and rate:
         eta = max(0.0, p.max_steps - latest) / rate
     return {"step": p.step, "latest_step": latest,
             "step_source": source if latest is not None else None,
+            "step_age": round(max(0.0, age), 1) if latest is not None and age is not None
+            else None,
             "rate": round(rate, 3) if rate is not None else None,
             "eta": round(eta, 1) if eta is not None else None,
             "evaluation": evaluation, "evaluated_step": p.evaluated_step}

@@ -33,6 +33,7 @@ STATUS_RULE = ("0: training finished and every task ended (an evaluator that did
                "chief saved a checkpoint first, the next launch resumes from it); 128+N: "
                "interrupted by signal N")
 SHORT = "training was ended by the launcher, but "
+SAVED_ON_REQUEST = "saved on request at max_steps"
 CUT = "work was cut short: "      # a task stopped in the middle of a save (timeouts.save)
 
 def task_rows(tasks: list[TaskState]) -> list[dict[str, Any]]:
@@ -117,7 +118,46 @@ def verdict(result: JobResult, closing: Closing) -> str | None:
     else:
         where = f"the newest complete checkpoint {ckpt.name} is short of max_steps " \
                 f"{closing.max_steps}"
-    return f"{SHORT}{where}, and {_primary_name(result.tasks)} did not exit 0 by itself"
+    lost = unsaved_words(result.save_request, step)
+    return f"{SHORT}{where}, and {_primary_name(result.tasks)} did not exit 0 by itself" + (
+        f": {lost}" if lost else "")
+
+
+# Which change to a script that cannot save on request keeps its training at the end.
+ROUTE = ("to keep them, have the script stop at max_steps itself (TrainSpec(max_steps="
+         "int(os.environ['TFCLUSTER_MAX_STEPS'])), or `python -m orchestrator.at_max_steps`; "
+         "a TF1 loop: StopAtStepHook; a custom loop: `if orchestrator.preemption.requested(): "
+         "save; break`) (docs/ending.md)")
+
+
+def unsaved_words(record: dict[str, Any] | None, saved: int | None) -> str | None:
+    """How many steps a run whose save request at max_steps went unanswered trained and
+    lost: the freshest step reached against the newest complete checkpoint; None when the
+    request saved, or none was sent."""
+    if not record or record.get("saved"):
+        return None
+    reached = record.get("step_reached")
+    if reached is None:
+        return "the steps trained since the newest checkpoint were lost (the step reached " \
+               "is not known)"
+    lost = max(0, reached - saved if saved is not None else reached)
+    since = f"since the checkpoint at step {saved}" if saved is not None else \
+        "(no checkpoint was written)"
+    return f"{lost} step{'s' if lost != 1 else ''} trained {since} were lost: step " \
+           f"{reached} was reached"
+
+
+def unsaved_line(record: dict[str, Any] | None, closing: Closing) -> str | None:
+    """The closing line of a run whose trainers were stopped unsaved at the end: the steps
+    lost, why the save request did not save, and the change to the script that prevents
+    it; None when a checkpoint covers max_steps."""
+    lost = unsaved_words(record, closing.final_step)
+    if lost is None or record is None or (
+            closing.final_step is not None and closing.max_steps is not None and
+            closing.final_step >= closing.max_steps):
+        return None
+    return f"not saved at max_steps: {lost} (the save request: {record.get('outcome')}); " \
+           f"{ROUTE}"
 
 
 def _primary_name(tasks: list[TaskState]) -> str:
@@ -145,11 +185,16 @@ def closing_lines(result: JobResult, closing: Closing) -> list[str]:
     """Where training ended, each restart incident, the notes of the last read, and what
     the run directory could not take (a full disk)."""
     lines = []
-    outcome = closing.outcome_line()
+    request = result.save_request
+    outcome = closing.outcome_line(SAVED_ON_REQUEST if request and request.get("saved")
+                                   else None)
     if outcome:
         lines.append(outcome)
     if result.preemption is not None:
-        lines.append(closing_line(result.preemption))
+        lines.append(closing_line(result.preemption, result.status))
+    unsaved = unsaved_line(request, closing)
+    if unsaved:
+        lines.append(unsaved)
     if result.incidents:
         n = len(result.incidents)
         lines.append(f"{n} restart{'s' if n > 1 else ''}:")
@@ -190,16 +235,20 @@ def summary_doc(result: JobResult, closing: Closing, rows: list[dict[str, Any]],
             "restarts": result.incidents, "lost": result.lost, "unwritten": result.unwritten,
             "waited": result.waited, "cut_short": result.cut_short,
             **({"preemption": result.preemption} if result.preemption is not None else {}),
+            **({"save_request": result.save_request} if result.save_request is not None
+               else {}),
             "tasks": [{k: v for k, v in r.items() if k != "status"} for r in rows]}
 
 
-def closing_line(record: dict) -> str:
-    """The closing line of a preempted run."""
+def closing_line(record: dict, status: int | None = None) -> str:
+    """The closing line of a preempted run (``status``: a run stopped by a signal that
+    saved first, ``launch cancel``, was cancelled, not preempted)."""
     saved, lost = record.get("step_saved"), record.get("steps_lost")
     where = f"checkpoint at step {saved}" if saved is not None else "no checkpoint"
     lost_words = f"{lost} step{'s' if lost != 1 else ''} lost" if lost is not None else \
         "steps lost unknown"
     reached = record.get("step_reached")
     at = f"at step {reached}" if reached is not None else "before any step was seen"
-    return (f"preempted {at}: {where} in model_dir ({lost_words}); the next launch of this "
+    how = "cancelled" if status is not None and status > 128 else "preempted"
+    return (f"{how} {at}: {where} in model_dir ({lost_words}); the next launch of this "
             "spec resumes from it")

@@ -80,7 +80,7 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
         "a chief's events file read as step series (a restore seen)", ()),
     "orchestrator.writes": (
         "whether model_dir is still being written (a save, an export) once training is done",
-        (f"{_O}.metrics_file",)),
+        (f"{_O}.metrics_file", f"{_O}.tfformats")),
     "orchestrator.evaluated": (
         "what the evaluator has evaluated, read without TensorFlow",
         (f"{_O}.checkpoints", f"{_O}.tfformats")),

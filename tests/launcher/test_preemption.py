@@ -13,7 +13,7 @@ import pytest
 from scripted_backend import Script, ScriptedBackend, run_job
 
 from launcher.api import dry_run, parse_spec
-from launcher.ending import TrainingView
+from launcher.ending import LOOK_AGAIN, TrainingView
 from launcher.errors import SpecError
 from launcher.plan import SITE_HERE
 from launcher.signals import PREEMPTED
@@ -135,7 +135,8 @@ def test_a_chief_that_ends_without_saving_ends_the_wait(tmp_path):
     result, out = run(tmp_path, backend, chief_saves(backend, takes=None), preempt=600)
     assert result.status == PREEMPTED
     assert result.reason == "preempted by SIGTERM; chief:0 ended without a new checkpoint"
-    assert first_signal(backend, "worker:0") < NOTICE_AT + 2
+    # model_dir is read on LOOK_AGAIN s (its checkpoint may land in the next poll)
+    assert first_signal(backend, "worker:0") < NOTICE_AT + 1 + LOOK_AGAIN + 1
     assert not result.incidents             # its exit was not judged: no restart
 
 

@@ -66,6 +66,17 @@ def test_a_loop_that_asks_requested_says_it_saves_itself():
     assert err.strip() == POLLED and "requested True" in out
 
 
+def test_a_loop_that_passes_its_step_to_requested_ends_at_max_steps_by_itself():
+    """With or without a launcher following the task: ``requested(step)`` is True from the
+    spec's max_steps on, without a notice (and without one to answer)."""
+    code = ("from orchestrator.preemption import requested\n"
+            "print([requested(s) for s in (0, 299, 300, 301)], requested())\n")
+    proc = python(code, dict(CHIEF, TFCLUSTER_MAX_STEPS="300"), str(REPO))
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and err == "", err
+    assert out.strip() == "[False, False, True, True] False"
+
+
 def test_a_worker_is_not_armed_where_a_chief_saves():
     env = dict(CHIEF, TFCLUSTER_TASK_TYPE="worker",
                TF_CONFIG=json.dumps({"cluster": {"chief": ["h:1"], "worker": ["h:2"]}}))

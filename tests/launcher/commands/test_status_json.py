@@ -131,3 +131,43 @@ def test_the_progress_recorded_is_the_freshest_a_trainers_output_ahead_of_model_
         (300, "chief:0's output", 10.0, 10.0)
     behind = progress_fields(p, OutputProgress(50, "chief:0", 1.0))
     assert (behind["latest_step"], behind["step_source"]) == (100, "model_dir")
+
+
+def test_status_json_list_and_status_give_the_freshest_step_with_its_source_and_age(
+        tmp_path, capsys, monkeypatch):
+    """The issue's detached stock job: its chief's output showed step 20335 while the only
+    checkpoint was step 0. status --json keeps both apart, with the freshest step's source
+    and age; `launch list` and `launch status` show the freshest, not the checkpoint's."""
+    monkeypatch.setenv("TFCLUSTER_RUNS", str(tmp_path / "runs"))
+    run_dir = tmp_path / "runs" / "job-1"
+    run_dir.mkdir(parents=True)
+    state = RunState(str(run_dir), "job-1", "stock", "local", max_steps=893)
+    state.attach(lambda: tasks(True))
+    state.update(state="running")
+    state.on_event("checkpoint", {"step": 0, "name": "model.ckpt-0"})
+    p = Progress(max_steps=893, events_step=0, step_at=10.0)
+    fields = progress_fields(p, OutputProgress(20335, "chief:0", 2.0, rate=414.0), now=11.0)
+    assert (fields["latest_step"], fields["step_source"], fields["step_age"]) == \
+        (20335, "chief:0's output", 2.0)
+    assert progress_fields(p, None, now=13.5)["step_age"] == 3.5   # model_dir's own
+    state.record_progress(fields)
+    _, doc = status_json(capsys, "job-1")
+    assert (doc["step"], doc["latest_step"], doc["step_source"]) == \
+        (0, 20335, "chief:0's output")
+    assert doc["step_age"] is not None and 2.0 <= doc["step_age"] < 60
+    assert main(["list"]) == 0
+    listed = [line for line in capsys.readouterr().out.splitlines() if "job-1" in line]
+    assert len(listed) == 1 and "20335/893" in listed[0], listed
+    main(["status", "job-1"])
+    out = capsys.readouterr().out
+    assert "step 20335/893 (chief:0's output " in out and "checkpoint at step 0)" in out, out
+
+
+def test_a_cancelled_runs_closing_line_says_cancelled_not_preempted():
+    from launcher.output.summary import closing_line
+
+    record = {"step_reached": 707, "step_saved": 707, "steps_lost": 0}
+    assert closing_line(record, 143).startswith("cancelled at step 707: checkpoint at step "
+                                                "707 in model_dir (0 steps lost)")
+    assert closing_line(record, 75).startswith("preempted at step 707")
+    assert closing_line(record).startswith("preempted at step 707")
