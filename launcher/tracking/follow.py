@@ -35,9 +35,11 @@ class ModelDirFollower:
         self.prefixes: dict[str, str] = {}     # events file -> its metric keys' prefix
         self._looks = 0
 
-    def look(self) -> list[dict[str, Any]]:
+    def look(self, last: bool = False) -> list[dict[str, Any]]:
+        """``last``: the job ended; events files are listed whatever the count of looks (a
+        resumed run's chief opens a new one, which the looks since may not have listed)."""
         out = self._evaluations()
-        if self._looks % LIST_EVERY == 0 or not self.prefixes:
+        if last or self._looks % LIST_EVERY == 0 or not self.prefixes:
             self._list_events()
         self._looks += 1
         for path in sorted(self.prefixes):

@@ -121,7 +121,7 @@ class Tracker:
                 if self.run_id is None:
                     self._open()
                 end = self._drain(time.monotonic() + self.look_every)
-                self._log(follower.look() + self._rate())
+                self._log(follower.look(last=end is not None) + self._rate())
                 if end is not None:
                     self._end(end)
                     return
