@@ -24,7 +24,10 @@ def test_keras_checkpoints_and_bar_are_seen(tmp_path):
     proc = run_launch(str(spec), "--run-dir", str(tmp_path / "run"), timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     progress = [line for line in proc.stderr.splitlines() if "progress: " in line]
-    assert any(re.search(r"step (12|24)/24 .*checkpoint ckpt_[12]$", line) for line in progress), \
+    # a progress line names a Keras checkpoint (its step beside the freshest step, which the
+    # worker's bar may carry past it: "step 20/24 (83%), from worker:0's output 0s ago,
+    # checkpoint ckpt_1"; which step a line catches depends on the machine's load)
+    assert any(re.search(r"step \d+/24 .*checkpoint ckpt_[12]$", line) for line in progress), \
         progress
     assert "final checkpoint ckpt_2, 0 steps past max_steps 24" in proc.stderr
     assert "no checkpoint was written" not in proc.stderr
