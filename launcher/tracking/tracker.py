@@ -37,6 +37,7 @@ RUN_FILE = ".tfcluster-mlflow.json"     # beside model_dir's lease: the MLflow r
 UNLOGGED_FILE = "tracking_unlogged.jsonl"
 LOOK_EVERY = 5.0            # s between two looks at model_dir (and two log-batch requests)
 FINISH_WAIT = 60.0          # s the launcher waits at most at the end for the last requests
+SAY_WAIT_AFTER = 5.0        # s of that wait before the console says the launcher waits
 QUEUE_MAX = 10_000          # events waiting for the thread; beyond, they are counted lost
 PENDING_MAX = 100_000       # metrics kept while the run cannot be opened yet
 REPORT_TIMEOUT = 40.0       # s for `launch report` to draw the chart
@@ -74,6 +75,7 @@ class Tracker:
         self.said_failure = False
         self.ending = False         # in _end: after one failed request, no more are tried
         self.given_up = False
+        self.job_ended = False      # finish() called: "the job goes on" is no longer true
         self.step: int | None = None
         self.restarts = 0
         self._rate_step: int | None = None
@@ -98,13 +100,20 @@ class Tracker:
                wait: float = FINISH_WAIT) -> None:
         """The run ended: the thread logs the end and the artifacts; waits at most
         ``wait`` s for it (what it did not send by then is recorded as not logged)."""
+        deadline = time.monotonic() + wait
+        self.job_ended = True
         self.start()        # a job that ended before every task ran
         try:
             self.queue.put(("_finish", {"status": status, "verdict": verdict,
                                         "reason": reason, "spec": spec_path}), timeout=wait)
         except queue.Full:
             pass
-        self.thread.join(wait)
+        self.thread.join(min(SAY_WAIT_AFTER, max(0.0, deadline - time.monotonic())))
+        left = deadline - time.monotonic()
+        if self.thread.is_alive() and left > 0:
+            self.info(f"MLflow: sending the end of the run to {self.target.base} (the last "
+                      f"metrics, the artifacts, the status): waiting at most {left:.0f}s more")
+            self.thread.join(left)
         if self.thread.is_alive():      # what is left dies with this process
             self._failed(f"the end was not sent within {wait:.0f}s")
             self._not_logged("end", [], f"not sent within {wait:.0f}s of the job's end")
@@ -296,7 +305,7 @@ class Tracker:
         files = [os.path.join(self.run_dir, n) for n in ("summary.json", "plan.json")]
         if spec_path:
             files.insert(0, spec_path)
-        if report:
+        if report and not self.given_up:    # drawn for the server only
             self._report()
             files += [os.path.join(self.run_dir, n) for n in ("report.html", "report.png")]
         for path in files:
@@ -331,8 +340,9 @@ class Tracker:
         if self.said_failure:
             return
         self.said_failure = True
-        self.info(f"MLflow tracking at {self.target.base} failed ({why}); the job goes on, "
-                  f"what is not logged is listed in {os.path.join(self.run_dir, UNLOGGED_FILE)}")
+        goes_on = "" if self.job_ended else "the job goes on, "
+        self.info(f"MLflow tracking at {self.target.base} failed ({why}); {goes_on}what is "
+                  f"not logged is listed in {os.path.join(self.run_dir, UNLOGGED_FILE)}")
 
     def _not_logged(self, what: str, items: list[Any], why: str, **more: Any) -> None:
         """One line of tracking_unlogged.jsonl; never raises."""

@@ -90,3 +90,55 @@ def test_a_server_that_refuses_the_token_costs_one_line(tmp_path):
     unlogged = (tmp_path / "run" / "tracking_unlogged.jsonl").read_text()
     assert '"what": "end"' in unlogged
     assert "tok-refused-77" not in console + unlogged
+
+
+class Silent(http.server.BaseHTTPRequestHandler):
+    """A tracking server too slow to answer: each request waits until the test ends (far
+    beyond the tracker's 10 s per request), then 503."""
+
+    release = threading.Event()
+
+    def _hang(self) -> None:
+        self.release.wait(300)
+        self.send_response(503)
+        self.end_headers()
+
+    do_GET = do_POST = do_PUT = _hang
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_a_server_that_never_answers_costs_one_line_and_a_bounded_wait(tmp_path):
+    """The job ends when its tasks do, plus the documented wait at most (run_launch's
+    timeout: the job's seconds, FINISH_WAIT, and room for a loaded machine's start); the
+    console says the one failure and that it waits; the run directory lists the end and the
+    evaluations MLflow did not get."""
+    from launcher.tracking.tracker import FINISH_WAIT
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Silent)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    writer = str(REPO / "tests" / "tracking" / "jobs" / "metrics_writer.py")
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        spec = spec_file(tmp_path, command=[sys.executable, writer, "2", "0.5"],
+                         tracking={"mlflow": {"tracking_uri": url}})
+        done = run_launch(spec, "--run-dir", str(tmp_path / "run"),
+                          timeout=FINISH_WAIT + 90)
+    finally:
+        Silent.release.set()
+        server.shutdown()
+        server.server_close()
+    console = done.stdout + done.stderr
+    assert done.returncode == 0, console[-2000:]
+    failed = [x for x in console.splitlines() if "MLflow tracking at" in x]
+    assert len(failed) == 1 and "timed out" in failed[0], failed
+    assert f"tfcluster: MLflow: sending the end of the run to {url}" in console
+    unlogged = [json.loads(x) for x in
+                (tmp_path / "run" / "tracking_unlogged.jsonl").read_text().splitlines()]
+    assert {u["what"] for u in unlogged} >= {"end", "metrics"}
+    (metrics,) = [u["items"] for u in unlogged if u["what"] == "metrics"]
+    assert {(m["key"], m["step"], m["value"]) for m in metrics} >= \
+        {("evaluated/eval/loss", 100, 0.01), ("evaluated/eval/accuracy", 200, 0.2)}
+    (end,) = [u for u in unlogged if u["what"] == "end"]
+    assert end["verdict"] == "succeeded" and end["status"] == 0
