@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from launcher.redact import MASK, is_secret
+from launcher.redact import masked_argv, masked_url
 
 if TYPE_CHECKING:
     from launcher.plan import JobPlan
@@ -401,28 +401,3 @@ def run_params(spec: Spec, plan: JobPlan, command: list[str] | None) -> dict[str
     params["command"] = main
     params.update({f"command.{r}": c for r, c in commands.items() if c != main})
     return params
-
-
-def masked_argv(argv: list[str]) -> list[str]:
-    """``argv`` with the values of secret-looking options masked: ``--token=X``,
-    ``--api-key X``."""
-    def secret_option(name: str) -> bool:
-        return name.startswith("-") and is_secret(name.lstrip("-").replace("-", "_"))
-
-    out: list[str] = []
-    for arg in argv:
-        if out and "=" not in out[-1] and secret_option(out[-1]):
-            out.append(MASK)
-            continue
-        name, eq, _ = arg.partition("=")
-        out.append(f"{name}={MASK}" if eq and secret_option(name) else arg)
-    return out
-
-
-def masked_url(url: str) -> str:
-    """A URL with its password masked (``sftp://user:***@host/...``)."""
-    scheme, sep, rest = url.partition("://")
-    head, at, tail = rest.partition("@")
-    if not sep or not at or ":" not in head or "/" in head:
-        return url
-    return f"{scheme}://{head.split(':', 1)[0]}:{MASK}@{tail}"
