@@ -76,6 +76,9 @@ class Tracker:
         self.ending = False         # in _end: after one failed request, no more are tried
         self.given_up = False
         self.job_ended = False      # finish() called: "the job goes on" is no longer true
+        self.logged_values = 0      # metric values the server took
+        self.logged_artifacts = 0
+        self.final_status: str | None = None    # the MLflow run's status, once set
         self.step: int | None = None
         self.restarts = 0
         self._rate_step: int | None = None
@@ -117,6 +120,9 @@ class Tracker:
         if self.thread.is_alive():      # what is left dies with this process
             self._failed(f"the end was not sent within {wait:.0f}s")
             self._not_logged("end", [], f"not sent within {wait:.0f}s of the job's end")
+        elif self.final_status and not self.said_failure:     # the closing line
+            self.info(f"MLflow: {self.url}: {self.final_status}, {self.logged_values} metric "
+                      f"values and {self.logged_artifacts} artifacts logged")
 
     # ------------------------------------------------------------ the tracker's thread
     def _main(self) -> None:
@@ -259,6 +265,7 @@ class Tracker:
         assert self.client is not None
         try:
             self.client.log_batch(self.run_id, metrics, tags=tags)
+            self.logged_values += len(metrics)
         except TrackingError as e:
             self._failed(str(e))
             self._not_logged("metrics", metrics, str(e), tags=tags)
@@ -286,8 +293,9 @@ class Tracker:
         try:        # the status before the artifacts: the report page takes the longest
             if self.given_up:
                 raise TrackingError("the server failed at the job's end")
-            self.client.update_run(self.run_id, STATUS.get(end["verdict"], "FAILED"),
-                                   int(time.time() * 1000))
+            status = STATUS.get(end["verdict"], "FAILED")
+            self.client.update_run(self.run_id, status, int(time.time() * 1000))
+            self.final_status = status
         except TrackingError as e:
             self._failed(str(e))
             self._not_logged("status", [], str(e), verdict=end["verdict"])
@@ -321,6 +329,7 @@ class Tracker:
                 continue
             try:
                 self.client.upload(self.artifact_uri, name, data)
+                self.logged_artifacts += 1
             except TrackingError as e:
                 self._failed(str(e))
                 self._not_logged("artifact", [name], str(e))

@@ -28,8 +28,8 @@ def test_ssh_run_in_mlflow(hosts, tmp_path, mlflow_server):
     console = done.stdout + done.stderr
     assert done.returncode == 0, console[-3000:]
     assert "MLflow tracking at" not in console
-    (line,) = [x for x in console.splitlines() if "tfcluster: MLflow: http" in x]
-    assert line.endswith("(new run)"), line
+    (line,) = [x for x in console.splitlines()
+               if "tfcluster: MLflow: http" in x and x.endswith("(new run)")]
     run = read_run(mlflow_server.url, line.split("/runs/")[1].split()[0])
     assert run["status"] == "FINISHED"
     assert (run["params"]["backend"], run["params"]["tasks.chief"]) == ("ssh", "1")
@@ -39,3 +39,7 @@ def test_ssh_run_in_mlflow(hosts, tmp_path, mlflow_server):
     assert (run["tags"]["tfcluster.verdict"], run["tags"]["tfcluster.exit_status"]) == \
         ("succeeded", "0")
     assert "summary.json" in run["artifacts"]
+    # the closing line: the run's URL, its status, and what MLflow took, counted true
+    values = sum(len(history) for history in run["history"].values())
+    assert f"tfcluster: MLflow: {line.split('MLflow: ')[1].split()[0]}: FINISHED, {values} " \
+        f"metric values and {len(run['artifacts'])} artifacts logged" in console.splitlines()
