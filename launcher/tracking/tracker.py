@@ -61,6 +61,8 @@ class Tracker:
         self.progress, self.look_every = progress, look_every
         self.queue: queue.Queue[tuple[str, dict[str, Any]]] = queue.Queue(QUEUE_MAX)
         self.thread = threading.Thread(target=self._main, name="mlflow-tracker", daemon=True)
+        self.done = threading.Event()   # the thread's end (a join cut by Ctrl-C can say
+        #                                 is_alive() False for a thread still running)
         self.client: Client | None = None
         self.run_id: str | None = None
         self.experiment_id = ""
@@ -111,21 +113,35 @@ class Tracker:
                                         "reason": reason, "spec": spec_path}), timeout=wait)
         except queue.Full:
             pass
-        self.thread.join(min(SAY_WAIT_AFTER, max(0.0, deadline - time.monotonic())))
-        left = deadline - time.monotonic()
-        if self.thread.is_alive() and left > 0:
-            self.info(f"MLflow: sending the end of the run to {self.target.base} (the last "
-                      f"metrics, the artifacts, the status): waiting at most {left:.0f}s more")
-            self.thread.join(left)
-        if self.thread.is_alive():      # what is left dies with this process
-            self._failed(f"the end was not sent within {wait:.0f}s")
-            self._not_logged("end", [], f"not sent within {wait:.0f}s of the job's end")
+        why = f"the end was not sent within {wait:.0f}s"
+        try:
+            self.done.wait(min(SAY_WAIT_AFTER, max(0.0, deadline - time.monotonic())))
+            left = deadline - time.monotonic()
+            if not self.done.is_set() and left > 0:
+                self.info(f"MLflow: sending the end of the run to {self.target.base} (the "
+                          f"last metrics, the artifacts, the status): waiting at most "
+                          f"{left:.0f}s more (Ctrl-C stops waiting)")
+                self.done.wait(left)
+        except KeyboardInterrupt:       # the job's own exit status stands
+            why = "stopped waiting for the end: interrupted"
+        if not self.done.is_set():      # what is left dies with this process
+            self._failed(why)
+            if self.run_id is None and self.pending:
+                self._not_logged("metrics", list(self.pending), why)
+            self._not_logged("end", [], why, verdict=verdict, status=status)
         elif self.final_status and not self.said_failure:     # the closing line
             self.info(f"MLflow: {self.url}: {self.final_status}, {self.logged_values} metric "
                       f"values and {self.logged_artifacts} artifacts logged")
 
     # ------------------------------------------------------------ the tracker's thread
     def _main(self) -> None:
+        try:
+            self._follow()
+        finally:
+            self.done.set()
+
+    def _follow(self) -> None:
+        """Open the run, log what is new every look, and the end once it comes."""
         try:
             from launcher.tracking.follow import ModelDirFollower
             from launcher.tracking.rest import Client
