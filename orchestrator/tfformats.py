@@ -214,6 +214,22 @@ def read_scalars(data: bytes) -> list[Scalar]:
     return out
 
 
+EVENTS_DEPTH = 3        # model_dir/logs/train/events.out.tfevents.*: the deepest looked at
+
+
+def events_dir_kind(parent: str, root: str) -> str | None:
+    """What the events files in folder ``parent`` of model_dir ``root`` record: ``train``
+    (model_dir itself, as Estimator writes, or a ``train/``), ``validation`` (Keras'
+    ``validation/``), the folder's own name for TF's evaluator (Estimator's ``eval/``,
+    ``eval_NAME/``); None for any other folder."""
+    last = parent.rstrip("/").rsplit("/", 1)[-1]
+    if parent.rstrip("/") == root.rstrip("/") or last == "train":
+        return "train"
+    if last == "validation" or last.startswith("eval"):
+        return last
+    return None
+
+
 def scalars_in_dir(directory: str) -> list[Scalar]:
     """The scalars of every ``events.out.tfevents.*`` file directly in ``directory`` (any
     fsspec URL), in step order; [] when there is none."""

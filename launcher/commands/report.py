@@ -26,14 +26,19 @@ from launcher.errors import UsageError
 from launcher.output.metrics_table import format_value, metric_columns
 from launcher.records.registry import read_record
 from orchestrator.metrics_file import METRICS_FILE, MetricsRecord, read_metrics
-from orchestrator.tfformats import Scalar, scalars_in_dir
+from orchestrator.tfformats import (
+    EVENTS_DEPTH,
+    EVENTS_PREFIX,
+    Scalar,
+    events_dir_kind,
+    scalars_in_dir,
+)
 
 PNG_NAME = "report.png"
 HTML_NAME = "report.html"
 LOSS_TAGS = ("loss", "batch_loss", "epoch_loss", "train_loss", "training_loss")
 # validation loss in Keras' validation/ (against step, else per epoch) and Estimator's eval/
 VALIDATION_TAGS = ("evaluation_loss_vs_iterations", "loss", "epoch_loss")
-EVENTS_DEPTH = 3          # model_dir/logs/train/events.out.tfevents.*
 NO_MATPLOTLIB = ("no PNG: matplotlib is not installed for this Python; pip install "
                  "'tfcluster[report]' (or matplotlib) and run launch report again")
 QUALITY = ("accuracy", "auc")          # drawn in the second panel when present
@@ -107,11 +112,10 @@ def event_dirs(model_dir: str) -> dict[str, list[str]]:
         return {}
     out: dict[str, list[str]] = {}
     for parent in sorted({f.rsplit("/", 1)[0] for f in files
-                          if f.rsplit("/", 1)[-1].startswith("events.out.tfevents.")}):
-        last = parent.rsplit("/", 1)[-1]
-        split = "train" if parent == root or last == "train" else \
-            "validation" if last == "validation" or last.startswith("eval") else None
-        if split is not None:
+                          if f.rsplit("/", 1)[-1].startswith(EVENTS_PREFIX)}):
+        kind = events_dir_kind(parent, root)
+        if kind is not None:
+            split = "train" if kind == "train" else "validation"
             out.setdefault(split, []).append(fs.unstrip_protocol(parent))
     return out
 

@@ -9,10 +9,14 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from orchestrator.tfformats import scalars_of_event, tfrecords
+from orchestrator.tfformats import (
+    EVENTS_DEPTH,
+    EVENTS_PREFIX,
+    events_dir_kind,
+    scalars_of_event,
+    tfrecords,
+)
 
-EVENTS_PREFIX = "events.out.tfevents."
-EVENTS_DEPTH = 3                # model_dir/logs/train/events.out.tfevents.*
 LIST_EVERY = 6                  # looks between two listings of the events files
 READ_MAX = 8 << 20              # bytes of one events file read per look at most
 
@@ -103,15 +107,9 @@ class ModelDirFollower:
 
 
 def events_prefix(parent: str, root: str) -> str | None:
-    """The metric keys' prefix of the events in folder ``parent``: ``train`` for the
-    training's (model_dir itself, as Estimator writes, or ``train/``), ``tf_eval`` (and
-    ``tf_eval_NAME`` for Estimator's ``eval_NAME/``) for TF's evaluator, ``validation`` for
-    Keras'; None for any other folder."""
-    last = parent.rsplit("/", 1)[-1]
-    if parent == root or last == "train":
-        return "train"
-    if last == "validation":
-        return "validation"
-    if last.startswith("eval"):
-        return "tf_" + last
-    return None
+    """The metric keys' prefix of the events in folder ``parent``
+    (orchestrator.tfformats.events_dir_kind): ``train``, ``validation`` for Keras',
+    ``tf_eval`` (``tf_eval_NAME`` for Estimator's ``eval_NAME/``) for TF's evaluator; None
+    for any other folder."""
+    kind = events_dir_kind(parent, root)
+    return kind if kind in (None, "train", "validation") else f"tf_{kind}"

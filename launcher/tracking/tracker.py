@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from launcher.redact import MASK, is_secret
+from launcher.redact import masked_argv, masked_url
 
 if TYPE_CHECKING:
     from launcher.plan import JobPlan
@@ -37,6 +37,7 @@ RUN_FILE = ".tfcluster-mlflow.json"     # beside model_dir's lease: the MLflow r
 UNLOGGED_FILE = "tracking_unlogged.jsonl"
 LOOK_EVERY = 5.0            # s between two looks at model_dir (and two log-batch requests)
 FINISH_WAIT = 60.0          # s the launcher waits at most at the end for the last requests
+SAY_WAIT_AFTER = 5.0        # s of that wait before the console says the launcher waits
 QUEUE_MAX = 10_000          # events waiting for the thread; beyond, they are counted lost
 PENDING_MAX = 100_000       # metrics kept while the run cannot be opened yet
 REPORT_TIMEOUT = 40.0       # s for `launch report` to draw the chart
@@ -60,6 +61,8 @@ class Tracker:
         self.progress, self.look_every = progress, look_every
         self.queue: queue.Queue[tuple[str, dict[str, Any]]] = queue.Queue(QUEUE_MAX)
         self.thread = threading.Thread(target=self._main, name="mlflow-tracker", daemon=True)
+        self.done = threading.Event()   # the thread's end (a join cut by Ctrl-C can say
+        #                                 is_alive() False for a thread still running)
         self.client: Client | None = None
         self.run_id: str | None = None
         self.experiment_id = ""
@@ -74,6 +77,10 @@ class Tracker:
         self.said_failure = False
         self.ending = False         # in _end: after one failed request, no more are tried
         self.given_up = False
+        self.job_ended = False      # finish() called: "the job goes on" is no longer true
+        self.logged_values = 0      # metric values the server took
+        self.logged_artifacts = 0
+        self.final_status: str | None = None    # the MLflow run's status, once set
         self.step: int | None = None
         self.restarts = 0
         self._rate_step: int | None = None
@@ -98,19 +105,43 @@ class Tracker:
                wait: float = FINISH_WAIT) -> None:
         """The run ended: the thread logs the end and the artifacts; waits at most
         ``wait`` s for it (what it did not send by then is recorded as not logged)."""
+        deadline = time.monotonic() + wait
+        self.job_ended = True
         self.start()        # a job that ended before every task ran
         try:
             self.queue.put(("_finish", {"status": status, "verdict": verdict,
                                         "reason": reason, "spec": spec_path}), timeout=wait)
         except queue.Full:
             pass
-        self.thread.join(wait)
-        if self.thread.is_alive():      # what is left dies with this process
-            self._failed(f"the end was not sent within {wait:.0f}s")
-            self._not_logged("end", [], f"not sent within {wait:.0f}s of the job's end")
+        why = f"the end was not sent within {wait:.0f}s"
+        try:
+            self.done.wait(min(SAY_WAIT_AFTER, max(0.0, deadline - time.monotonic())))
+            left = deadline - time.monotonic()
+            if not self.done.is_set() and left > 0:
+                self.info(f"MLflow: sending the end of the run to {self.target.base} (the "
+                          f"last metrics, the artifacts, the status): waiting at most "
+                          f"{left:.0f}s more (Ctrl-C stops waiting)")
+                self.done.wait(left)
+        except KeyboardInterrupt:       # the job's own exit status stands
+            why = "stopped waiting for the end: interrupted"
+        if not self.done.is_set():      # what is left dies with this process
+            self._failed(why)
+            if self.run_id is None and self.pending:
+                self._not_logged("metrics", list(self.pending), why)
+            self._not_logged("end", [], why, verdict=verdict, status=status)
+        elif self.final_status and not self.said_failure:     # the closing line
+            self.info(f"MLflow: {self.url}: {self.final_status}, {self.logged_values} metric "
+                      f"values and {self.logged_artifacts} artifacts logged")
 
     # ------------------------------------------------------------ the tracker's thread
     def _main(self) -> None:
+        try:
+            self._follow()
+        finally:
+            self.done.set()
+
+    def _follow(self) -> None:
+        """Open the run, log what is new every look, and the end once it comes."""
         try:
             from launcher.tracking.follow import ModelDirFollower
             from launcher.tracking.rest import Client
@@ -250,6 +281,7 @@ class Tracker:
         assert self.client is not None
         try:
             self.client.log_batch(self.run_id, metrics, tags=tags)
+            self.logged_values += len(metrics)
         except TrackingError as e:
             self._failed(str(e))
             self._not_logged("metrics", metrics, str(e), tags=tags)
@@ -277,8 +309,9 @@ class Tracker:
         try:        # the status before the artifacts: the report page takes the longest
             if self.given_up:
                 raise TrackingError("the server failed at the job's end")
-            self.client.update_run(self.run_id, STATUS.get(end["verdict"], "FAILED"),
-                                   int(time.time() * 1000))
+            status = STATUS.get(end["verdict"], "FAILED")
+            self.client.update_run(self.run_id, status, int(time.time() * 1000))
+            self.final_status = status
         except TrackingError as e:
             self._failed(str(e))
             self._not_logged("status", [], str(e), verdict=end["verdict"])
@@ -296,7 +329,7 @@ class Tracker:
         files = [os.path.join(self.run_dir, n) for n in ("summary.json", "plan.json")]
         if spec_path:
             files.insert(0, spec_path)
-        if report:
+        if report and not self.given_up:    # drawn for the server only
             self._report()
             files += [os.path.join(self.run_dir, n) for n in ("report.html", "report.png")]
         for path in files:
@@ -312,6 +345,7 @@ class Tracker:
                 continue
             try:
                 self.client.upload(self.artifact_uri, name, data)
+                self.logged_artifacts += 1
             except TrackingError as e:
                 self._failed(str(e))
                 self._not_logged("artifact", [name], str(e))
@@ -331,8 +365,9 @@ class Tracker:
         if self.said_failure:
             return
         self.said_failure = True
-        self.info(f"MLflow tracking at {self.target.base} failed ({why}); the job goes on, "
-                  f"what is not logged is listed in {os.path.join(self.run_dir, UNLOGGED_FILE)}")
+        goes_on = "" if self.job_ended else "the job goes on, "
+        self.info(f"MLflow tracking at {self.target.base} failed ({why}); {goes_on}what is "
+                  f"not logged is listed in {os.path.join(self.run_dir, UNLOGGED_FILE)}")
 
     def _not_logged(self, what: str, items: list[Any], why: str, **more: Any) -> None:
         """One line of tracking_unlogged.jsonl; never raises."""
@@ -391,28 +426,3 @@ def run_params(spec: Spec, plan: JobPlan, command: list[str] | None) -> dict[str
     params["command"] = main
     params.update({f"command.{r}": c for r, c in commands.items() if c != main})
     return params
-
-
-def masked_argv(argv: list[str]) -> list[str]:
-    """``argv`` with the values of secret-looking options masked: ``--token=X``,
-    ``--api-key X``."""
-    def secret_option(name: str) -> bool:
-        return name.startswith("-") and is_secret(name.lstrip("-").replace("-", "_"))
-
-    out: list[str] = []
-    for arg in argv:
-        if out and "=" not in out[-1] and secret_option(out[-1]):
-            out.append(MASK)
-            continue
-        name, eq, _ = arg.partition("=")
-        out.append(f"{name}={MASK}" if eq and secret_option(name) else arg)
-    return out
-
-
-def masked_url(url: str) -> str:
-    """A URL with its password masked (``sftp://user:***@host/...``)."""
-    scheme, sep, rest = url.partition("://")
-    head, at, tail = rest.partition("@")
-    if not sep or not at or ":" not in head or "/" in head:
-        return url
-    return f"{scheme}://{head.split(':', 1)[0]}:{MASK}@{tail}"

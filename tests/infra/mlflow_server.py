@@ -11,16 +11,16 @@ MLflow's own client (tests/infra/mlflow_read.py, run by .venv-mlflow's Python).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import socket
 import subprocess
 import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+
+from infra.process_group import stop_group
 
 REPO = Path(__file__).resolve().parent.parent.parent
 MLFLOW_VENV = REPO / ".venv-mlflow"
@@ -41,15 +41,7 @@ class MlflowServer:
     log_path: str
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+        stop_group(self.proc, 15)
 
 
 def start_mlflow(workdir: str | os.PathLike, timeout: float = 180.0) -> MlflowServer:

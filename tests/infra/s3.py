@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +21,8 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from infra.process_group import stop_group
 
 BUCKET = "tfcluster-test"
 # weed mini opens many servers; every port is given so that nothing clashes with a
@@ -85,15 +86,7 @@ class S3Server:
         return f"s3://{self.bucket}/{path.lstrip('/')}".rstrip("/")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+        stop_group(self.proc, 10)
 
 
 def start_s3(workdir: str | os.PathLike, bucket: str = BUCKET, timeout: float = 90.0) -> S3Server:

@@ -65,8 +65,9 @@ def paced_spec(tmp_path: Path, url: str, experiment: str, max_steps: int) -> Pat
 
 
 def mlflow_run_id(console: str) -> str:
-    """The MLflow run the console named (its one "MLflow: URL (...)" line)."""
-    (line,) = [x for x in console.splitlines() if "tfcluster: MLflow: http" in x]
+    """The MLflow run the console named (its one opening "MLflow: URL (...)" line)."""
+    (line,) = [x for x in console.splitlines()
+               if "tfcluster: MLflow: http" in x and x.endswith(")")]
     return line.split("/runs/")[1].split()[0]
 
 
@@ -244,3 +245,5 @@ def test_restarts_and_a_failed_verdict(tmp_path, mlflow_server):
     assert (run["tags"]["tfcluster.verdict"], run["tags"]["tfcluster.exit_status"]) == \
         ("failed", "1")
     assert [value for _, value in run["history"]["restarts"]][-1] == 2
+    assert f"MLflow: {mlflow_server.url}/#/experiments/{run['experiment_id']}/runs/" \
+           f"{mlflow_run_id(console)}: FAILED, " in console

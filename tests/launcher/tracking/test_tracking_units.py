@@ -15,9 +15,10 @@ from launcher.api import parse_spec
 from launcher.errors import UsageError
 from launcher.model_dir import ModelDir
 from launcher.plan import build_plan
+from launcher.redact import masked_argv, masked_url
 from launcher.tracking.follow import ModelDirFollower
 from launcher.tracking.target import resolve, split_credentials
-from launcher.tracking.tracker import masked_argv, masked_url, run_params
+from launcher.tracking.tracker import run_params
 from orchestrator.metrics_file import MetricsRecord, MetricsWriter
 
 BASE = {"name": "ctr", "cluster": {"chief": 1, "worker": 2, "ps": 1}, "evaluator": "localhost",
@@ -127,3 +128,17 @@ def test_follower_skips_a_record_larger_than_one_read(tmp_path, monkeypatch):
     assert follower.look() == []            # the big record skipped, not read for ever
     got = {(m["key"], m["step"]): m["value"] for m in follower.look()}
     assert got == {("train/loss", 5): 0.5}
+
+
+def test_events_folders_are_named_as_the_report_names_them():
+    """One classifier of model_dir's events folders (orchestrator.tfformats) serves the
+    report's series and the tracker's metric keys."""
+    from launcher.tracking.follow import events_prefix
+    from orchestrator.tfformats import events_dir_kind
+
+    root = "/m"
+    cases = {"/m": "train", "/m/train": "train", "/m/logs/train": "train",
+             "/m/logs/validation": "validation", "/m/eval": "tf_eval",
+             "/m/eval_holdout": "tf_eval_holdout", "/m/export": None, "/m/logs": None}
+    assert {parent: events_prefix(parent, root) for parent in cases} == cases
+    assert events_dir_kind("/m/", root) == "train"
