@@ -163,3 +163,43 @@ def test_keras_verbose_2_lines_count_steps_across_epochs():
     other = TrainerSteps(FakeClock())
     other.see("chief:0", "3/10 - copied")       # a count, but no time after it
     assert other.newest() is None
+
+
+@pytest.mark.parametrize("has_h5py", [True, False])
+def test_a_launcher_without_h5py_says_once_it_cannot_read_keras_steps(monkeypatch, tmp_path,
+                                                                       has_h5py):
+    """Without h5py where the launcher runs, a Keras 3 JAX job is told so once before it
+    starts (how to fix it), and a Keras file's step is unknown rather than wrong; with it,
+    nothing is said and the step is read."""
+    import io
+    import sys
+
+    import fsspec
+
+    from launcher.backends.storage_check import keras_steps_note
+    from launcher.output.console import Console
+    from launcher.records.events import EventLog
+    from orchestrator.checkpoints import keras_step
+
+    h5py = pytest.importorskip("h5py")
+    path = tmp_path / "ckpt-1.weights.h5"
+    with h5py.File(path, "w") as f:
+        f["optimizer/vars/0"] = 12
+    if not has_h5py:
+        monkeypatch.setitem(sys.modules, "h5py", None)       # import h5py: ImportError
+    err = io.StringIO()
+    events = EventLog(str(tmp_path / "events.jsonl"))
+    for plan in (plan_of({**BASE, "cluster": {"worker": 2}, "keras": "jax"}),
+                 plan_of({**BASE, "cluster": {"worker": 2}})):    # no Keras files: silent
+        keras_steps_note(plan, Console(out=io.StringIO(), err=err), events)
+    lines = err.getvalue().splitlines()
+    if has_h5py:
+        assert lines == []
+        assert keras_step(fsspec.filesystem("file"), str(path)) == 12
+        return
+    assert len(lines) == 1
+    assert lines[0].startswith(f"tfcluster: this launcher's Python ({sys.executable}) has no "
+                               f"h5py: it cannot read the step of Keras 3's checkpoints")
+    assert lines[0].endswith("pip install h5py (or 'tfcluster[keras]') beside the launcher")
+    assert keras_step(fsspec.filesystem("file"), str(path)) is None
+    assert "keras_steps_unreadable" in (tmp_path / "events.jsonl").read_text()
