@@ -343,8 +343,10 @@ def _mtime(info: dict[str, Any]) -> float:
 def keras_steps_readable() -> bool:
     """Whether this Python can read the step of a Keras 3 file (``keras_step``): h5py
     imports (the ``keras`` extra of tfcluster; TensorFlow's environments have it)."""
+    import importlib
+
     try:
-        import h5py  # type: ignore[import-untyped]  # noqa: F401
+        importlib.import_module("h5py")
     except ImportError:
         return False
     return True

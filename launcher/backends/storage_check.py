@@ -307,9 +307,7 @@ def already_trained(plan: JobPlan, retrain: bool, console: Console, events: Even
 def keras_steps_note(plan: JobPlan, console: Console, events: EventLog) -> None:
     """Once per run: a Keras 3 job (``"keras": "jax"``) whose launcher cannot read its
     checkpoints' steps (no h5py here) is told so, and how to fix it."""
-    from orchestrator.checkpoints import keras_steps_readable
-
-    if not plan.storage.keras or keras_steps_readable():
+    if not plan.storage.keras_steps_unreadable():
         return
     events.write("keras_steps_unreadable", python=sys.executable)
     console.info(f"this launcher's Python ({sys.executable}) has no h5py: it cannot read the "
