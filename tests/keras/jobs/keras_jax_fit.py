@@ -22,8 +22,6 @@ jax.config.update("jax_cpu_collectives_implementation", "gloo")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from orchestrator.sharding import shard_arrays  # noqa: E402
-
 STEPS, BATCH = 4, 16
 keras.distribution.initialize()
 process, processes = jax.process_index(), jax.process_count()
@@ -40,7 +38,9 @@ if epochs_given:                                # the whole data set, then this 
 else:                                           # this process's own random shard
     x = np.random.default_rng(process).random((STEPS * BATCH, 8), dtype=np.float32)
 y = (x.sum(axis=1, keepdims=True) > 4).astype(np.float32)
-if epochs_given:
+if epochs_given:      # tfcluster's orchestrator on PYTHONPATH: only for a job in epochs
+    from orchestrator.sharding import shard_arrays
+
     x, y = shard_arrays(x, y)
 
 model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(8, activation="relu"),
