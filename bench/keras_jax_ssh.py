@@ -74,10 +74,12 @@ def main() -> int:
                     print(err[-2000:], file=sys.stderr)
                     return 1
                 walls[name].append(wall)
-        status, wall, lines, err = run(over_ssh(1, 3), Path(tmp) / "unresolved")
-        named = [line for line in err.splitlines() if "cause:" in line or "fix:" in line]
-        print(f"h1 + h3 (h3's name resolves nowhere): exit {status}, {wall:.1f} s, {lines} "
-              f"console lines; {len(named)} lines name the cause and the fix")
+        for hosts in ((3, 3), (1, 3)):
+            status, wall, lines, err = run(over_ssh(*hosts), Path(tmp) / f"unresolved{hosts}")
+            named = [line for line in err.splitlines() if "cause:" in line or "fix:" in line]
+            print(f"h{hosts[0]} + h{hosts[1]} (h3's name resolves nowhere): exit {status}, "
+                  f"{wall:.1f} s, {lines} console lines; {len(named)} lines name the cause "
+                  f"and the fix", flush=True)
     local_s, ssh_s = (statistics.median(walls[k]) for k in ("local", "ssh"))
     print(f"median wall: local {local_s:.1f} s, ssh {ssh_s:.1f} s, ssh / local "
           f"{ssh_s / local_s:.2f} ({args.rounds} rounds)")

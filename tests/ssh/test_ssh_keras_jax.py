@@ -2,8 +2,9 @@
 h1 and h2 see an /etc/hosts naming every host, as a usual server resolves its own name,
 h3 does not): each host's JAX process is checked and started there with its place in the
 collective. On h1 + h2 the job trains to max_steps and its final checkpoint is read back;
-with h3, whose name resolves nowhere, Gloo fails and the failure is named with its fix
-(docs/keras.md, the catalogue of known failures)."""
+on h3, whose name resolves nowhere, Gloo fails and the failure is named with its fix
+(docs/keras.md, the catalogue of known failures). Both processes on h3: each fails at once
+(with one on h1, that one would wait JAX's 2-minute key-value timeout for the other)."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ def test_jax_fit_over_two_hosts_ends_at_max_steps_with_its_checkpoint(hosts, tmp
 
 
 def test_jax_on_a_host_whose_name_does_not_resolve_is_named_with_its_fix(hosts, tmp_path):
-    spec = write_spec(tmp_path, hosts, {"worker": ["h1", "h3"]}, keras="jax",
+    spec = write_spec(tmp_path, hosts, {"worker": ["h3", "h3"]}, keras="jax",
                       command=[PY_JAX, JAX_FIT], max_steps=8)
     done = run_launch(str(spec), timeout=300)
     assert done.returncode == 1, done.stderr
