@@ -42,7 +42,7 @@ def run(spec: dict, where: Path) -> tuple[int, float, int, str]:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "launcher.cli", str(where / "spec.json")],
-                          capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+                          capture_output=True, text=True, env=env, cwd=where, timeout=600)
     wall = time.monotonic() - started
     lines = len(done.stdout.splitlines()) + len(done.stderr.splitlines())
     return done.returncode, wall, lines, done.stderr
