@@ -41,6 +41,13 @@ class ModelDir:
         return CheckpointReader(self.url, self.options, tf2_number_is_step=TF2_NUMBER_IS_STEP,
                                 keras=self.keras)
 
+    def keras_steps_unreadable(self) -> bool:
+        """Keras 3's files are the checkpoints, but this Python cannot read their step (no
+        h5py)."""
+        from orchestrator.checkpoints import keras_steps_readable
+
+        return self.keras and not keras_steps_readable()
+
     def metrics(self) -> list:
         """Every record of ``tfcluster_metrics.jsonl`` ([] when there is none)."""
         from orchestrator.metrics_file import read_metrics

@@ -32,7 +32,7 @@ from launcher.spec import (
 from orchestrator import preemption
 from orchestrator.policies import RestartPolicy
 from orchestrator.roles import in_start_order
-from orchestrator.steps import derive_max_steps
+from orchestrator.steps import derive_max_steps, keras_fit_steps
 
 
 @dataclass
@@ -155,6 +155,9 @@ def max_steps_of(spec: Spec) -> int | None:
         return spec.max_steps
     if spec.epochs is None or spec.examples is None or spec.batch_size is None:
         return None
+    if spec.keras == KERAS_JAX:
+        return keras_fit_steps(spec.epochs, spec.examples, spec.batch_size,
+                               len(spec.trainers))
     return derive_max_steps(spec.epochs, spec.examples, spec.batch_size,
                             num_shards=len(spec.trainers), synchronous=spec.synchronous)
 

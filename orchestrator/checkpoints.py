@@ -340,6 +340,18 @@ def _mtime(info: dict[str, Any]) -> float:
         return 0.0
 
 
+def keras_steps_readable() -> bool:
+    """Whether this Python can read the step of a Keras 3 file (``keras_step``): h5py
+    imports (the ``keras`` extra of tfcluster; TensorFlow's environments have it)."""
+    import importlib
+
+    try:
+        importlib.import_module("h5py")
+    except ImportError:
+        return False
+    return True
+
+
 def keras_step(fs: Any, path: str) -> int | None:
     """The optimizer's ``iterations`` (the step) in a Keras 3 file: a ``.weights.h5``, or
     the ``model.weights.h5`` inside a ``.keras`` archive. Read with h5py, imported here

@@ -19,6 +19,11 @@ reads everything: shard 0 of 1.
   (per-worker batch x workers) and iterate the finite dataset to its end: the distributed
   iterator ends on every worker at once, even with a last partial batch.
 
+- Keras 3 on JAX across processes (``"keras": "jax"``): ``shard_arrays`` on the whole
+  arrays, then ``fit`` this process's part with ``batch_size`` (per process) and
+  ``epochs`` (``TFCLUSTER_*``); the shards are equal (every process of the collective takes
+  the same steps), so the last ``examples % processes`` examples are left out.
+
 TensorFlow is imported only by the functions that build datasets.
 """
 
@@ -109,6 +114,24 @@ def shard_files(files: Sequence[str], shard: Shard | None = None) -> list[str]:
                          f"{len(names)} would read nothing; use shard_dataset on examples")
     announce("shard_files", shard)
     return names[shard.index::shard.count]
+
+
+def shard_arrays(*arrays: Any, shard: Shard | None = None) -> tuple[Any, ...]:
+    """This process's part of equally long arrays (numpy, or anything sliceable with a
+    ``len``): elements index, index+count... of the first ``count * (len // count)``, so that
+    every shard has the same length (Keras 3 on JAX: the processes of one collective must take
+    the same steps; ``orchestrator.steps.keras_fit_steps`` counts them)."""
+    shard = shard or current_shard()
+    lengths = {len(a) for a in arrays}
+    if len(lengths) != 1:
+        raise ValueError(f"arrays of different lengths {sorted(lengths)}: shard them apart")
+    (length,) = lengths
+    if length < shard.count:
+        raise ValueError(f"{length} examples for {shard.count} shards: shard "
+                         f"{length} would read nothing")
+    usable = length - length % shard.count
+    announce("shard_arrays", shard)
+    return tuple(a[shard.index:usable:shard.count] for a in arrays)
 
 
 def pss_dataset_fn(make_dataset: Callable[[], Any], batch_size: int, num_workers: int,

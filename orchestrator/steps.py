@@ -32,3 +32,12 @@ def derive_max_steps(
     if synchronous:
         return math.ceil(examples * epochs / (batch_size * num_shards))
     return sum(shard_steps(epochs, examples, batch_size, num_shards))
+
+
+def keras_fit_steps(epochs: int, examples: int, batch_size: int, num_processes: int) -> int:
+    """Steps of Keras 3 ``fit`` on JAX across processes (``"keras": "jax"``) when each process
+    fits its shard of arrays (``orchestrator.sharding.shard_arrays``: equal shards of
+    ``examples // num_processes``, the remainder left out, as every process of the collective
+    must take the same steps) for ``epochs`` Keras epochs of ``batch_size`` per process: one
+    step is one batch on every process at once, the last batch of an epoch partial."""
+    return epochs * math.ceil((examples // num_processes) / batch_size)

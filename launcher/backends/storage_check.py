@@ -26,6 +26,7 @@ import dataclasses
 import json
 import os
 import re
+import sys
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -303,9 +304,23 @@ def already_trained(plan: JobPlan, retrain: bool, console: Console, events: Even
     return True
 
 
+def keras_steps_note(plan: JobPlan, console: Console, events: EventLog) -> None:
+    """Once per run: a Keras 3 job (``"keras": "jax"``) whose launcher cannot read its
+    checkpoints' steps (no h5py here) is told so, and how to fix it."""
+    if not plan.storage.keras_steps_unreadable():
+        return
+    events.write("keras_steps_unreadable", python=sys.executable)
+    console.info(f"this launcher's Python ({sys.executable}) has no h5py: it cannot read the "
+                 f"step of Keras 3's checkpoints (.weights.h5, .keras), which stays unknown "
+                 f"in the progress line, the closing line, summary.json and launch status "
+                 f"(the script still ends itself at max_steps); pip install h5py (or "
+                 f"'tfcluster[keras]') beside the launcher")
+
+
 def preflight_model_dir(plan: JobPlan, backend: Backend, retrain: bool, console: Console,
                         events: EventLog) -> bool:
-    """Both checks, as ``launcher.api.execute`` runs them; True: do not start (exit 0)."""
+    """The checks, as ``launcher.api.execute`` runs them; True: do not start (exit 0)."""
+    keras_steps_note(plan, console, events)
     if already_trained(plan, retrain, console, events):
         return True
     if plan.check_storage:

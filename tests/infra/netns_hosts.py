@@ -1,9 +1,10 @@
 """Real SSH hosts on this machine for tests and benchmarks: network namespaces on a private
 /24, bridged to the root namespace, each running its own sshd (a generated host key per
 host, key-only root login). The filesystem is the same everywhere; only the network (and,
-when asked, a private tmpfs over one directory) differs from host to host.
+when asked, a private tmpfs over one directory, or an /etc/hosts of its own that names every
+host of the bed) differs from host to host.
 
-    with netns_hosts(workdir, count=3, private={3: "/some/dir"}) as bed:
+    with netns_hosts(workdir, count=3, private={3: "/some/dir"}, named={1, 2}) as bed:
         bed.hosts[0].address       # "10.A.B.11"
         bed.ssh_section()          # the spec's "ssh" section: client key, known_hosts
         bed.processes(bed.hosts[0])  # what runs in that host (its sshd listener excluded)
@@ -24,7 +25,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -222,8 +223,8 @@ def _free_subnet() -> ipaddress.IPv4Network:
 
 def start_hosts(workdir: str | os.PathLike, count: int = 3,
                 private: dict[int, str] | None = None, timeout: float = 30.0,
-                plain_shell: bool = False, sshd_extra: dict[int, str] | None = None
-                ) -> NetnsHosts:
+                plain_shell: bool = False, sshd_extra: dict[int, str] | None = None,
+                named: Iterable[int] = ()) -> NetnsHosts:
     """``count`` hosts h1..hN; ``private`` maps a host number to a directory that gets its own
     empty tmpfs in that host (a host that does not see the shared files there); several
     directories joined by ``os.pathsep``, each ``DIR=SIZE`` for a tmpfs of that size
@@ -231,7 +232,11 @@ def start_hosts(workdir: str | os.PathLike, count: int = 3,
     ``plain_shell``: root's ~/.bashrc is empty in the hosts, as on a fresh server (this
     machine's runs pyenv init, ~0.15 s of CPU for every remote command).
     ``sshd_extra``: lines added to a host's sshd_config (``SetEnv PATH=/nowhere``: a host
-    whose commands find no program on the PATH, tar included)."""
+    whose commands find no program on the PATH, tar included).
+    ``named``: the host numbers whose tasks see an /etc/hosts of their own (bind-mounted in
+    the host's mount namespace; the machine's file is untouched): the machine's lines plus
+    ``ADDRESS hN`` for every host of the bed, so that a host's own name resolves there (as
+    on a usual server; JAX's CPU collectives need it). The others resolve no bed name."""
     if count > 200:
         raise ValueError("at most 200 hosts in one /24")
     sweep_stale()
@@ -249,9 +254,12 @@ def start_hosts(workdir: str | os.PathLike, count: int = 3,
         _run("ip", "addr", "add", f"{base + 1}/24", "dev", bed.bridge)
         _run("ip", "link", "set", bed.bridge, "up")
         Path("/run/sshd").mkdir(exist_ok=True)   # sshd's privilege separation directory
+        etc_hosts = _write_etc_hosts(bed, count) if named else None
+        named = set(named)
         for i in range(1, count + 1):
             bed.hosts.append(_add_host(bed, i, (private or {}).get(i), plain_shell,
-                                       (sshd_extra or {}).get(i, "")))
+                                       (sshd_extra or {}).get(i, ""),
+                                       etc_hosts if i in named else None))
         known = [f"{h.address} {h.hostkey_pub}" for h in bed.hosts]
         bed.known_hosts.write_text("\n".join(known) + "\n")
         deadline = time.monotonic() + timeout
@@ -263,12 +271,25 @@ def start_hosts(workdir: str | os.PathLike, count: int = 3,
     return bed
 
 
+def _address(bed: NetnsHosts, i: int) -> str:
+    return str(bed.subnet.network_address + FIRST_HOST + i - 1)
+
+
+def _write_etc_hosts(bed: NetnsHosts, count: int) -> Path:
+    """The machine's /etc/hosts plus a line for every host of the bed."""
+    path = bed.workdir / "etc_hosts"
+    machine = Path("/etc/hosts").read_text() if Path("/etc/hosts").exists() else ""
+    path.write_text(machine.rstrip("\n") + "\n# tfcluster test hosts\n" + "".join(
+        f"{_address(bed, i)} h{i}\n" for i in range(1, count + 1)))
+    return path
+
+
 def _add_host(bed: NetnsHosts, i: int, private_dir: str | None, plain_shell: bool,
-              extra: str = "") -> Host:
+              extra: str = "", etc_hosts: Path | None = None) -> Host:
     name = f"h{i}"
     netns = f"{PREFIX}-{os.getpid()}-{bed.token}-{name}"
     veth = f"tfv{bed.token}{name}"
-    address = str(bed.subnet.network_address + FIRST_HOST + i - 1)
+    address = _address(bed, i)
     _run("ip", "netns", "add", netns)
     _run("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", netns)
     _run("ip", "link", "set", veth, "master", bed.bridge, "up")
@@ -288,7 +309,7 @@ def _add_host(bed: NetnsHosts, i: int, private_dir: str | None, plain_shell: boo
     script = 'hostname "$1"; '
     unshare = ["unshare", "--uts"]
     bashrc = Path(os.path.expanduser("~root")) / ".bashrc"
-    if private_dir or plain_shell:
+    if private_dir or plain_shell or etc_hosts:
         unshare.append("--mount")
     for folder in private_dir.split(os.pathsep) if private_dir else ():
         where, _, size = folder.partition("=")
@@ -297,10 +318,12 @@ def _add_host(bed: NetnsHosts, i: int, private_dir: str | None, plain_shell: boo
     if plain_shell and bashrc.exists():
         (bed.workdir / "empty_bashrc").write_text("")
         script += 'mount --bind "$5" "$6" || exit 1; '
+    if etc_hosts:
+        script += 'mount --bind "$7" /etc/hosts || exit 1; '
     script += f'exec {SSHD} -D -f "$3" -E "$4"'
     argv = ["ip", "netns", "exec", netns, *unshare, "sh", "-c", script, "sh", name,
             private_dir or "", str(config), str(bed.workdir / f"sshd_{name}.log"),
-            str(bed.workdir / "empty_bashrc"), str(bashrc)]
+            str(bed.workdir / "empty_bashrc"), str(bashrc), str(etc_hosts or "")]
     host.sshd = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                  stderr=subprocess.DEVNULL, start_new_session=True)
     return host
@@ -321,8 +344,9 @@ def _wait_sshd(host: Host, workdir: Path, deadline: float) -> None:
 @contextlib.contextmanager
 def netns_hosts(workdir: str | os.PathLike, count: int = 3,
                 private: dict[int, str] | None = None,
-                plain_shell: bool = False) -> Iterator[NetnsHosts]:
-    bed = start_hosts(workdir, count, private, plain_shell=plain_shell)
+                plain_shell: bool = False, named: Iterable[int] = ()
+                ) -> Iterator[NetnsHosts]:
+    bed = start_hosts(workdir, count, private, plain_shell=plain_shell, named=named)
     try:
         yield bed
     finally:

@@ -40,6 +40,53 @@ def test_jax_gives_every_process_its_place_and_the_first_trainer_is_the_coordina
     assert plan.storage.keras and plan.storage.reader().keras
 
 
+def test_jax_epochs_each_process_fits_its_own_equal_shard_to_the_derived_max_steps(
+        capsys, tmp_path):
+    """With ``epochs``, a JAX process's TFCLUSTER_SHARD_INDEX is its place in the collective,
+    ``shard_arrays`` gives each process its own equal part, and Keras' fit over it takes
+    exactly the derived TFCLUSTER_MAX_STEPS; the shard line the epochs note looks for is
+    printed (orchestrator.sharding)."""
+    import math
+
+    import numpy as np
+
+    from launcher.output.closing import read_shard_marks
+    from orchestrator import sharding
+
+    doc = {"command": ["python", "t.py"], "model_dir": "m", "keras": "jax",
+           "cluster": {"chief": 1, "worker": 2}, "epochs": 3, "examples": 100,
+           "batch_size": 8}
+    plan = plan_of(doc)
+    examples = np.arange(100)
+    seen = []
+    for task in plan.tasks:
+        env = task.env
+        assert env["TFCLUSTER_SHARD_INDEX"] == env["KERAS_DISTRIBUTION_PROCESS_ID"]
+        assert env["TFCLUSTER_NUM_SHARDS"] == env["KERAS_DISTRIBUTION_NUM_PROCESSES"] == "3"
+        (part,) = sharding.shard_arrays(examples, shard=sharding.current_shard(env))
+        seen.append(part)
+        # Keras fit: epochs x batches per epoch (the last partial), the same on every process
+        assert int(env["TFCLUSTER_EPOCHS"]) * math.ceil(len(part) / 8) == \
+            int(env["TFCLUSTER_MAX_STEPS"]) == 15
+    assert [len(p) for p in seen] == [33, 33, 33]
+    assert sorted(np.concatenate(seen)) == list(range(99))    # disjoint; 1 left out
+    sharding._announced.clear()
+    sharding.shard_arrays(examples, shard=sharding.Shard(1, 3))
+    log = capsys.readouterr().err
+    assert "tfcluster: reading shard 1 of 3 (shard_arrays)" in log
+    (tmp_path / "worker-0.log").write_text(log)        # the task's log: no epochs note
+    assert read_shard_marks([str(tmp_path / "worker-0.log")])
+
+
+def test_shard_arrays_refuses_arrays_of_different_lengths_or_too_few_examples():
+    from orchestrator.sharding import Shard, shard_arrays
+
+    with pytest.raises(ValueError, match="different lengths"):
+        shard_arrays([1, 2, 3], [1, 2], shard=Shard(0, 2))
+    with pytest.raises(ValueError, match="2 examples for 3 shards"):
+        shard_arrays([1, 2], shard=Shard(0, 3))
+
+
 def test_a_single_jax_worker_is_a_collective_of_one():
     plan = plan_of({**BASE, "cluster": {"worker": 1}, "keras": "jax"})
     assert plan.strategy == "multi_worker_mirrored"
@@ -116,3 +163,43 @@ def test_keras_verbose_2_lines_count_steps_across_epochs():
     other = TrainerSteps(FakeClock())
     other.see("chief:0", "3/10 - copied")       # a count, but no time after it
     assert other.newest() is None
+
+
+@pytest.mark.parametrize("has_h5py", [True, False])
+def test_a_launcher_without_h5py_says_once_it_cannot_read_keras_steps(monkeypatch, tmp_path,
+                                                                       has_h5py):
+    """Without h5py where the launcher runs, a Keras 3 JAX job is told so once before it
+    starts (how to fix it), and a Keras file's step is unknown rather than wrong; with it,
+    nothing is said and the step is read."""
+    import io
+    import sys
+
+    import fsspec
+
+    from launcher.backends.storage_check import keras_steps_note
+    from launcher.output.console import Console
+    from launcher.records.events import EventLog
+    from orchestrator.checkpoints import keras_step
+
+    h5py = pytest.importorskip("h5py")
+    path = tmp_path / "ckpt-1.weights.h5"
+    with h5py.File(path, "w") as f:
+        f["optimizer/vars/0"] = 12
+    if not has_h5py:
+        monkeypatch.setitem(sys.modules, "h5py", None)       # import h5py: ImportError
+    err = io.StringIO()
+    events = EventLog(str(tmp_path / "events.jsonl"))
+    for plan in (plan_of({**BASE, "cluster": {"worker": 2}, "keras": "jax"}),
+                 plan_of({**BASE, "cluster": {"worker": 2}})):    # no Keras files: silent
+        keras_steps_note(plan, Console(out=io.StringIO(), err=err), events)
+    lines = err.getvalue().splitlines()
+    if has_h5py:
+        assert lines == []
+        assert keras_step(fsspec.filesystem("file"), str(path)) == 12
+        return
+    assert len(lines) == 1
+    assert lines[0].startswith(f"tfcluster: this launcher's Python ({sys.executable}) has no "
+                               f"h5py: it cannot read the step of Keras 3's checkpoints")
+    assert lines[0].endswith("pip install h5py (or 'tfcluster[keras]') beside the launcher")
+    assert keras_step(fsspec.filesystem("file"), str(path)) is None
+    assert "keras_steps_unreadable" in (tmp_path / "events.jsonl").read_text()

@@ -19,11 +19,13 @@ JAX_FIT = str(JOBS / "keras_jax_fit.py")
 PY_JAX = str(REPO / ".venv-jax" / "bin" / "python")
 
 
-def _spec(tmp_path: Path, command: list[str], max_steps: int, **extra) -> str:
+def _spec(tmp_path: Path, command: list[str], max_steps: int | None, **extra) -> str:
+    """A 2-worker spec; ``max_steps`` None: the caller gives epochs/examples/batch_size."""
     spec = tmp_path / "spec.json"
+    steps = {} if max_steps is None else {"max_steps": max_steps}
     spec.write_text(json.dumps({
         "name": "keras", "cluster": {"worker": 2}, "command": command,
-        "model_dir": str(tmp_path / "model"), "max_steps": max_steps,
+        "model_dir": str(tmp_path / "model"), **steps,
         "run_dir": str(tmp_path / "runs"), **extra}))
     return str(spec)
 
@@ -72,10 +74,17 @@ def test_the_tf_keras_route_runs_the_same_script_to_max_steps(tmp_path):
 
 @pytest.mark.skipif(not Path(PY_JAX).exists(), reason="no .venv-jax (scripts/setup.sh)")
 def test_keras_3_on_jax_across_two_processes_ends_at_max_steps(tmp_path):
-    done = run_launch(_spec(tmp_path, [PY_JAX, JAX_FIT], 8, keras="jax"), timeout=300)
+    # in epochs: each process fits its shard (shard_arrays) of 128 examples, 2 epochs of 16
+    # per process: max_steps 2 x 64/16 = 8
+    done = run_launch(_spec(tmp_path, [PY_JAX, JAX_FIT], None, keras="jax", epochs=2,
+                            examples=128, batch_size=16), timeout=300)
     assert done.returncode == 0, done.stderr
     for i in (0, 1):
         assert f"process {i} of 2: training done" in done.stdout
+        log = (run_dir(tmp_path) / "logs" / f"worker-{i}.log").read_text()
+        assert f"tfcluster: reading shard {i} of 2 (shard_arrays)" in log
+        assert "Epoch 2/2" in log
+    assert "had no effect on the input" not in done.stderr    # the epochs note: not due
     # the final checkpoint, read back: Keras' own .keras file, its optimizer at step 8
     assert "final checkpoint final.keras, 0 steps past max_steps 8" in done.stderr
     summary = _summary(tmp_path)

@@ -1,5 +1,6 @@
 """Fixtures of the SSH tests: real hosts for the whole session (network namespaces on a
-private /24, each with its own sshd; h3's sshd sees an empty tmpfs over ``private_dir``),
+private /24, each with its own sshd; h3's sshd sees an empty tmpfs over ``private_dir``;
+h1 and h2 see an /etc/hosts naming every host, so their own names resolve there, h3's not),
 and a check that no test leaves a process on any of them or a local ssh behind."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from infra.netns_hosts import NetnsHosts, missing_prerequisites, start_hosts
 from support import local_ssh_processes, wait_gone
 
 PRIVATE_HOST = 3     # h3's tasks see an empty tmpfs over the session's private_dir
+NAMED_HOSTS = {1, 2}  # their tasks resolve h1..h3 (an /etc/hosts of their own); h3's do not
 
 
 @pytest.fixture(scope="session")
@@ -27,7 +29,7 @@ def hosts(tmp_path_factory, private_dir) -> NetnsHosts:
             pytest.fail(f"SSH test hosts cannot be made: {why}")
         pytest.skip(f"SSH test hosts cannot be made: {why}")
     bed = start_hosts(tmp_path_factory.mktemp("netns-hosts"), count=3,
-                      private={PRIVATE_HOST: str(private_dir)})
+                      private={PRIVATE_HOST: str(private_dir)}, named=NAMED_HOSTS)
     yield bed
     bed.stop()
 
