@@ -124,7 +124,10 @@ class CheckpointReader:
     """Reads model_dir through fsspec: ``newest_complete()`` and ``scan()``.
 
     ``tf2_number_is_step``: the script saves TF2 checkpoints with
-    ``CheckpointManager.save(checkpoint_number=step)``, so ``ckpt-N`` carries the step.
+    ``CheckpointManager.save(checkpoint_number=step)``, so ``ckpt-N`` carries the step
+    where the checkpoint holds no step variable; one that does (``step``, an optimizer's
+    iterations) is read by it: a plain ``save()`` (PreemptionCheckpointHandler's) numbers
+    saves, not steps.
     """
 
     def __init__(self, model_dir: str, storage_options: dict[str, Any] | None = None,
@@ -212,9 +215,11 @@ class CheckpointReader:
             layout = kind[0] if kind else "estimator"
         numbered = _TRAILING_NUMBER_RE.search(name)
         number = kind[1] if kind else int(numbered.group(1)) if numbered else -1
-        if kind and (layout == "estimator" or self.tf2_number_is_step):
+        if kind and layout == "estimator":
             return Checkpoint(name, self.url(name), number, layout, k, number), []
         step, key = self._stored_step(name, k, entries or {})
+        if step is None and kind and self.tf2_number_is_step:
+            return Checkpoint(name, self.url(name), number, layout, k, number), []
         return Checkpoint(name, self.url(name), number, layout, k, step, key or "name"), []
 
     def stored_step(self, ckpt: Checkpoint) -> int | None:
