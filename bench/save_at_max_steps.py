@@ -9,7 +9,9 @@ round.
 Jobs (tests/ending/jobs/, chief + worker + ps, local backend): a stock Estimator with
 RunConfig's defaults and no TrainSpec.max_steps, a TF1 MonitoredTrainingSession loop with
 its default save_checkpoint_secs and no StopAtStepHook (TensorFlow 2.15), a
-ParameterServerStrategy loop saving every 600 s that asks ``requested()`` (2.21).
+ParameterServerStrategy loop saving every 600 s that asks ``requested()`` (2.21); a
+MultiWorkerMirroredStrategy loop through PreemptionCheckpointHandler (2 workers, 2.21).
+``--cases TEXT``: only the jobs whose name has TEXT.
 ``--load N``: N CPU-bound processes (``yes > /dev/null``) run beside the jobs, ended at the
 end. "max_steps reached" is the first of the coordinator's ``finish`` and the
 ``save_request`` events in events.jsonl; both it and the exit are wall clock.
@@ -38,6 +40,9 @@ CASES = {
     "PSS custom loop, saves every 600 s, asks requested()":
         (str(REPO / ".venv-tf2" / "bin" / "python"), "pss_timer_saves.py",
          {"strategy": "parameter_server"}),
+    "MWMS custom loop with PreemptionCheckpointHandler, no save of its own (2 workers)":
+        (str(REPO / ".venv-tf2" / "bin" / "python"), "mwms_preemption_handler.py",
+         {"cluster": {"worker": 2}}),
 }
 
 
@@ -70,7 +75,9 @@ def main() -> None:
     p.add_argument("--max-steps", type=int, default=800)
     p.add_argument("--load", type=int, default=0, help="CPU-bound processes beside the jobs")
     p.add_argument("--save", type=float, default=60.0, help="timeouts.save of the spec")
+    p.add_argument("--cases", default="", help="run only the jobs whose name has this text")
     args = p.parse_args()
+    cases = {k: v for k, v in CASES.items() if args.cases in k}
     trees = {"before": str(Path(args.before).resolve()), "after": str(REPO)}
     timeouts = {"save": args.save}
     load = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL) for _ in range(args.load)]
@@ -78,7 +85,7 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for round_ in range(args.repeat):
-                for n, (name, (python, script, extra)) in enumerate(CASES.items()):
+                for n, (name, (python, script, extra)) in enumerate(cases.items()):
                     for which, code in trees.items():
                         work = Path(tmp) / f"{round_}-{n}-{which}"
                         work.mkdir(parents=True)
@@ -95,7 +102,7 @@ def main() -> None:
     print("| job | before: steps past max_steps / max_steps → exit / verdict "
           "| after: steps past max_steps / max_steps → exit / verdict |")
     print("|---|---|---|")
-    for name in CASES:
+    for name in cases:
         cells = [_cell(results[(name, which)]) for which in trees]
         print(f"| {name} | {cells[0]} | {cells[1]} |")
 

@@ -83,6 +83,7 @@ from orchestrator.roles import TRAINERS, names_text, role_counts
 if TYPE_CHECKING:
     from launcher.monitors import Monitor, Readiness, Watch
 
+HANDLER_EXIT = 42      # PreemptionCheckpointHandler's exit after its save (TensorFlow's default)
 WATCH_WITHIN = 2.0     # s: the monitors wait for the tasks' starts at most this long
 PORT_IN_USE = ("Address already in use", "Failed to add port", "bind: address")
 # TensorFlow's words when the script's own model_dir is not the one in TF_CONFIG.
@@ -276,8 +277,9 @@ class Job:
         self._request_over = True
         max_steps = self.plan.max_steps
         if request.saved_it:
+            then = ", then the ps" if any(t.type == "ps" for t in self.plan.tasks) else ""
             self.console.info(f"{AT_MAX_STEPS}: {outcome} (max_steps {max_steps}); ending "
-                              f"the job: the trainers, then the ps")
+                              f"the job: the trainers{then}")
         elif any(r.running for r in self._requested_to):
             self.console.info(f"{AT_MAX_STEPS}: {outcome}: it cannot save on request; "
                               f"waiting for its own save or end (at most timeouts.save "
@@ -292,14 +294,13 @@ class Job:
         ``save_due``). model_dir's view is read only once training was seen done, or the
         trainers' output showed max_steps: before that nothing is due."""
         max_steps = self.plan.max_steps
-        if max_steps is None or not self.timeouts.get("preempt") or self.plan.synchronous \
-                or self._request_over:
-            return      # MultiWorkerMirroredStrategy: its own rules (docs/ending.md)
+        if max_steps is None or not self.timeouts.get("preempt") or self._request_over:
+            return
         shown = self.console.steps.newest()
         if self.training_done_at is None and (shown is None or shown.step < max_steps):
             return
         tasks = self.snapshot()
-        if not savers(tasks, False) or self.tasks.primary.status is not None:
+        if not savers(tasks, self.plan.synchronous) or self.tasks.primary.status is not None:
             self._request_over = True       # the script ended training itself
             return
         view = self._training(tasks)
@@ -332,12 +333,14 @@ class Job:
         now = self.clock()
         self.training_done_at = self.training_done_at or now
         self.reached_at = self.reached_at or now
+        how = ": SIGTERM to every trainer, for PreemptionCheckpointHandler" \
+            if self.plan.synchronous else ", every ps serving"
         covers = f"the newest complete checkpoint is at step {view.final_step}" \
             if view.final_step is not None else "no complete checkpoint yet"
         self.console.info(f"{AT_MAX_STEPS}: step {step} ({source}) reached max_steps "
                           f"{max_steps} and {covers}: "
                           f"{names_text(list(request.notified))} to save a checkpoint now "
-                          f"(at most {request.bound:g}s, timeouts.preempt), every ps serving")
+                          f"(at most {request.bound:g}s, timeouts.preempt){how}")
 
     def _judge_exits(self) -> JobResult | None:
         """The tasks that ended since the last turn, each through its restart policy; the
@@ -481,6 +484,17 @@ class Job:
             if run.handle is not None and run.running and run.name not in answered:
                 run.handle.signal(sends)
 
+    def _handler_exit(self, run: TaskRun) -> bool:
+        """A MultiWorkerMirrored trainer sent the save request (SIGTERM) that exits with
+        PreemptionCheckpointHandler's status (it exits so only after its save): stopped on
+        request."""
+        request = self.request
+        if not (self.plan.synchronous and request is not None and
+                run.name in request.notified and run.status == HANDLER_EXIT):
+            return False
+        run.stopped = True
+        return True
+
     @staticmethod
     def _refused_at_start(run: TaskRun) -> None:
         """After each first start: a command refused (not found, not runnable) ends the
@@ -498,7 +512,7 @@ class Job:
 
     def _judge_exit(self, run: TaskRun, finishing: bool) -> str | None:
         """Why this exit fails the job, or None when it is fine (or restarts it)."""
-        if run.stopped or run.status is None:      # stopped by the launcher, or running
+        if run.stopped or run.status is None or self._handler_exit(run):
             self._fold(run)
             return None
         if run.status != 0:
@@ -644,8 +658,10 @@ class Job:
             TrainingView(max_steps=self.plan.max_steps)
         view = own_evaluations(view, tasks)
         if self.request is not None and self._request_over:
+            saving = self.request.notified if self.plan.synchronous else \
+                tuple(self.request.answered)    # MWMS: PreemptionCheckpointHandler exits
             view = replace(view, unsaved=True) if not self.request.saved_it else \
-                replace(view, saving=tuple(self.request.answered))
+                replace(view, saving=saving)
         if self.reached_at is not None:
             view = replace(view, reached_at=self.reached_at)
         return view

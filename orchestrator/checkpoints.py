@@ -124,7 +124,10 @@ class CheckpointReader:
     """Reads model_dir through fsspec: ``newest_complete()`` and ``scan()``.
 
     ``tf2_number_is_step``: the script saves TF2 checkpoints with
-    ``CheckpointManager.save(checkpoint_number=step)``, so ``ckpt-N`` carries the step.
+    ``CheckpointManager.save(checkpoint_number=step)``, so ``ckpt-N`` carries the step
+    where the checkpoint holds no step variable; one that does (``step``, an optimizer's
+    iterations) is read by it: a plain ``save()`` (PreemptionCheckpointHandler's) numbers
+    saves, not steps.
     """
 
     def __init__(self, model_dir: str, storage_options: dict[str, Any] | None = None,
@@ -212,10 +215,19 @@ class CheckpointReader:
             layout = kind[0] if kind else "estimator"
         numbered = _TRAILING_NUMBER_RE.search(name)
         number = kind[1] if kind else int(numbered.group(1)) if numbered else -1
-        if kind and (layout == "estimator" or self.tf2_number_is_step):
-            return Checkpoint(name, self.url(name), number, layout, k, number), []
+        step, key = self._step_of(name, k, entries, layout, number if kind else None)
+        return Checkpoint(name, self.url(name), number, layout, k, step, key), []
+
+    def _step_of(self, name: str, k: int, entries: dict[str, BundleEntry] | None,
+                 layout: str, number: int | None) -> tuple[int | None, str]:
+        """(a complete checkpoint's step, where it came from): an Estimator's number; a
+        TF2 checkpoint's step variable, else its number where numbers are steps."""
+        if number is not None and layout == "estimator":
+            return number, "name"
         step, key = self._stored_step(name, k, entries or {})
-        return Checkpoint(name, self.url(name), number, layout, k, step, key or "name"), []
+        if step is None and number is not None and self.tf2_number_is_step:
+            return number, "name"
+        return step, key or "name"
 
     def stored_step(self, ckpt: Checkpoint) -> int | None:
         """The step stored in a complete checkpoint's data, whatever its name says (an

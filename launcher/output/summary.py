@@ -127,7 +127,8 @@ def verdict(result: JobResult, closing: Closing) -> str | None:
 ROUTE = ("to keep them, have the script stop at max_steps itself (TrainSpec(max_steps="
          "int(os.environ['TFCLUSTER_MAX_STEPS'])), or `python -m orchestrator.at_max_steps`; "
          "a TF1 loop: StopAtStepHook; a custom loop: `if orchestrator.preemption.requested(): "
-         "save; break`) (docs/ending.md)")
+         "save; break`; a MultiWorkerMirroredStrategy loop: PreemptionCheckpointHandler) "
+         "(docs/ending.md)")
 
 
 def unsaved_words(record: dict[str, Any] | None, saved: int | None) -> str | None:

@@ -157,3 +157,25 @@ def test_a_loop_with_no_save_route_is_said_and_its_lost_steps_named(tmp_path):
     assert "job FAILED (exit status 1) after" in proc.stderr
     assert "not saved at max_steps: " in proc.stderr and "requested()" in proc.stderr
     assert not wait_gone(timeout=10) and not tfcluster_tasks()
+
+
+def test_a_mwms_loop_with_preemption_checkpoint_handler_saves_on_request(tmp_path):
+    """MultiWorkerMirroredStrategy: the request is SIGTERM to every trainer, which TF's
+    PreemptionCheckpointHandler takes: it saves at a step the workers agree on and exits
+    (its status 42, read as stopped on request)."""
+    spec = spec_of(tmp_path, "mwms-handler", {
+        "cluster": {"worker": 2},
+        "command": [PY_TF221, str(JOBS / "mwms_preemption_handler.py")], "max_steps": 300})
+    proc = run_launch(str(spec), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    final = final_step(tmp_path)
+    assert 300 <= final <= 300 + WINDOW, (final, proc.stderr[-3000:])
+    summary = summary_of(tmp_path)
+    assert summary["training"] == "finished" and summary["final_step"] == final
+    record = summary["save_request"]
+    assert record["saved"] and record["notified"] == ["worker:0", "worker:1"]
+    assert "SIGTERM to every trainer, for PreemptionCheckpointHandler" in proc.stderr
+    assert f"final checkpoint {Path(summary['final_checkpoint']).name}, " \
+           f"{final - 300} steps past max_steps 300 (saved on request at max_steps)" \
+           in proc.stderr
+    assert not wait_gone(timeout=10), "tasks left running"

@@ -195,3 +195,51 @@ def test_the_closing_line_says_what_saved_the_final_checkpoint():
 def test_the_request_is_due_when_the_step_passed_max_steps_unsaved(step, final, since, due):
     view = TrainingView(MAX_STEPS, latest_step=step, final_step=final)
     assert save_due(view, step, 2, since) is due
+
+
+class SyncModel(Model):
+    """MultiWorkerMirroredStrategy with PreemptionCheckpointHandler: worker:0 saves the
+    step it was at SAVE_TAKES s after the first SIGTERM (``handler``; False: no handler,
+    SIGTERM swallowed, nothing saves)."""
+
+    def __init__(self, backend: ScriptedBackend, handler: bool = True):
+        super().__init__(backend, takes=None)
+        self.handler = handler
+
+    def saved(self) -> int:
+        worker = (self.backend.handles.get("worker:0") or [None])[0]
+        got = worker.signalled_at if worker is not None else None
+        if self.handler and got is not None and self.backend.clock() >= got + SAVE_TAKES:
+            return int(RATE * got)
+        return PERIODIC
+
+
+def run_sync(backend: ScriptedBackend, model: Model, tmp_path):
+    return run_job({"cluster": {"worker": 2}, "max_steps": MAX_STEPS, "timeouts": TIMEOUTS},
+                   backend, tmp_path, monitors=[model], training=model.view)
+
+
+def test_mwms_trainers_get_sigterm_and_the_handlers_exit_is_a_stop_on_request(tmp_path):
+    handler = Script(term_takes=SAVE_TAKES + 0.3, term_status=42)    # saves, exits 42
+    backend = ScriptedBackend({"worker:0": [handler], "worker:1": [handler]})
+    result, out = run_sync(backend, SyncModel(backend), tmp_path)
+    assert result.status == 0, out.getvalue()
+    for name in ("worker:0", "worker:1"):
+        assert backend.handles[name][0].signals[0] == signal.SIGTERM
+    asked = first_signal(backend, "worker:0")
+    assert MAX_STEPS / RATE <= asked < MAX_STEPS / RATE + 0.2
+    record = result.save_request
+    assert record["saved"] and record["notified"] == ["worker:0", "worker:1"]
+    assert "SIGTERM to every trainer, for PreemptionCheckpointHandler" in out.getvalue()
+    assert not any("still moving" in line for line in out.lines)    # not stopped as runaways
+
+
+def test_mwms_trainers_without_a_handler_are_said_and_waited_for(tmp_path):
+    swallows = Script(ignores_term=True)      # TF's coordination service takes SIGTERM
+    backend = ScriptedBackend({"worker:0": [swallows], "worker:1": [swallows]})
+    result, out = run_sync(backend, SyncModel(backend, handler=False), tmp_path)
+    assert "worker:0, worker:1 did not answer the notice within 10s" in out.getvalue()
+    assert "cannot save on request" in out.getvalue()
+    assert "stopping worker:0, worker:1: still at work 120s after training was done " \
+           "(timeouts.save)" in out.getvalue()
+    assert result.save_request is not None and not result.save_request["saved"]
