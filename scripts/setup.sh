@@ -86,7 +86,9 @@ fi
 
 wait "$tf2_pid" || { echo "setup: .venv-tf2 failed" >&2; exit 1; }
 wait "$jax_pid" || { echo "setup: .venv-jax failed" >&2; exit 1; }
-KERAS_BACKEND=jax .venv-jax/bin/python -c "import jax, keras" || { echo "setup: .venv-jax is broken" >&2; exit 1; }
+# tfcluster too, as in .venv-tf2: a Keras JAX script imports orchestrator.sharding for its shard
+pipq .venv-jax/bin/pip install -q --no-deps -e . --config-settings editable_mode=compat
+KERAS_BACKEND=jax .venv-jax/bin/python -c "import jax, keras, orchestrator" || { echo "setup: .venv-jax is broken" >&2; exit 1; }
 wait "$mlflow_pid" || { echo "setup: .venv-mlflow failed" >&2; exit 1; }
 pipq .venv-tf2/bin/pip install -q --no-deps -e . --config-settings editable_mode=compat   # after .venv's
 .venv-tf2/bin/python -c "import tf_keras, orchestrator" || { echo "setup: .venv-tf2 is broken" >&2; exit 1; }
