@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -109,6 +109,36 @@ def run_launch(*args: str, timeout: float = 300, cwd: str | os.PathLike | None =
     full_env.update(env or {})
     return subprocess.run(launch_cmd(*args), cwd=cwd or REPO, env=full_env, text=True,
                           capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def sigterm_once(spec: str | os.PathLike, runs: Path, reached: Callable[[str], bool],
+                 log: str = "chief-0.log", wait: float = 240.0,
+                 ) -> tuple[subprocess.CompletedProcess, str]:
+    """`launch SPEC` (stdout and stderr together), SIGTERM once ``reached`` holds for the
+    text of the run's task log ``log`` under ``runs`` (the spec's run_dir); the test fails
+    when `launch` ends first or ``wait`` s pass. The ended process and the log's text as it
+    was when the signal went (the preemption tests' notice, the resumed runs)."""
+    import signal
+
+    proc = subprocess.Popen(launch_cmd(str(spec)), cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + wait
+        while True:
+            assert proc.poll() is None, proc.communicate()[0][-3000:]
+            assert time.monotonic() < deadline, f"{log}: not there within {wait:.0f}s"
+            logs = list(runs.glob(f"*/logs/{log}"))
+            text = logs[0].read_text(errors="replace") if logs else ""
+            if text and reached(text):
+                break
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, ""), text
 
 
 def run_dir(tmp_path: Path) -> Path:

@@ -15,13 +15,19 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
-from support import PY_TF215, PY_TF221, REPO, launch_cmd, run_launch, tfcluster_tasks, wait_gone
+from support import (
+    PY_TF215,
+    PY_TF221,
+    REPO,
+    run_launch,
+    sigterm_once,
+    tfcluster_tasks,
+    wait_gone,
+)
 
 from launcher.ending import AT_MAX_STEPS
 from launcher.signals import PREEMPTED
@@ -89,26 +95,9 @@ def test_the_same_estimator_resumed_after_a_preemption_saves_on_request(tmp_path
     spec = spec_of(tmp_path, "stock-resumed", {
         "cluster": {"chief": 1, "ps": 1},
         "command": [PY_TF215, str(JOBS / "estimator_no_max_steps.py")], "max_steps": 3000})
-    proc = subprocess.Popen(launch_cmd(str(spec)), cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 240
-        while True:
-            assert proc.poll() is None, proc.communicate()[0][-3000:]
-            assert time.monotonic() < deadline, "the chief logged no step within 240 s"
-            logs = list((tmp_path / "runs").glob("*/logs/chief-0.log"))
-            steps = [int(m) for m in LOGGED.findall(logs[0].read_text(errors="replace"))] \
-                if logs else []
-            if steps and steps[-1] >= 200:
-                break
-            time.sleep(0.1)
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=180)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == PREEMPTED, out[-3000:]
+    first, _ = sigterm_once(spec, tmp_path / "runs",
+                            lambda log: any(int(m) >= 200 for m in LOGGED.findall(log)))
+    assert first.returncode == PREEMPTED, first.stdout[-3000:]
     preempted = final_step(tmp_path)
     assert 200 <= preempted < 3000, preempted
 

@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import json
 import re
-import signal
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
-from support import PY_TF215, REPO, launch_cmd, run_launch, tfcluster_tasks, wait_gone
+from support import (
+    PY_TF215,
+    REPO,
+    run_launch,
+    sigterm_once,
+    tfcluster_tasks,
+    wait_gone,
+)
 
 from launcher.signals import PREEMPTED
 from orchestrator.checkpoints import newest_complete
@@ -55,26 +59,11 @@ def logged_steps(log: Path) -> list[int]:
 def preempt_mid_training(tmp_path: Path, spec: Path) -> tuple[int, str, int]:
     """`launch SPEC`, SIGTERM once the chief logged NOTICE_AFTER; (exit status, console,
     the last step the chief logged before the signal)."""
-    proc = subprocess.Popen(launch_cmd(str(spec)), cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 240
-        while True:
-            assert proc.poll() is None, proc.communicate()[0][-3000:]
-            assert time.monotonic() < deadline, "the chief logged no step within 240 s"
-            runs = list((tmp_path / "runs").glob("*/logs/chief-0.log"))
-            steps = logged_steps(runs[0]) if runs else []
-            if steps and steps[-1] >= NOTICE_AFTER:
-                break
-            time.sleep(0.2)
-        logged = steps[-1]
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=180)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    return proc.returncode, out, logged
+    def reached(log: str) -> bool:
+        return any(int(m.group(1)) >= NOTICE_AFTER for m in LOGGED.finditer(log))
+
+    done, log = sigterm_once(spec, tmp_path / "runs", reached)
+    return done.returncode, done.stdout, [int(m.group(1)) for m in LOGGED.finditer(log)][-1]
 
 
 @pytest.mark.parametrize("script", ["stock_estimator.py", "stock_tf1.py"])

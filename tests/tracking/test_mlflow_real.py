@@ -10,7 +10,6 @@ appears nowhere."""
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from support import (
     detach,
     launch_cmd,
     run_launch,
+    sigterm_once,
     wait_gone,
     wait_state,
 )
@@ -121,22 +121,7 @@ def test_example_job_in_mlflow(tmp_path, mlflow_server):
 
 def preempt_after(spec: Path, tmp_path: Path, step: int) -> subprocess.CompletedProcess:
     """`launch SPEC`, SIGTERM once the chief logged ``step``."""
-    proc = subprocess.Popen(launch_cmd(str(spec)), cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and proc.poll() is None:
-            logs = list((tmp_path / "runs").glob("*/logs/chief-0.log"))
-            if logs and f"step = {step}" in logs[0].read_text(errors="replace"):
-                break
-            time.sleep(0.2)
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=180)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
+    return sigterm_once(spec, tmp_path / "runs", lambda log: f"step = {step}" in log)[0]
 
 
 def test_preempted_and_launched_again_is_one_mlflow_run(tmp_path, mlflow_server):
