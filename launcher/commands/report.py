@@ -77,11 +77,27 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _out_dir(path: str) -> str:
+    """The folder the report goes to, made if missing; a file or an unwritable place there is
+    the user's mistake (one line, exit 2)."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UsageError(f"--out {path}: a file, not a folder: give a folder the report can be "
+                         "written to")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--out {path}: {e.strerror or e}: give a folder the report can be "
+                         "written to") from None
+    if not os.access(path, os.W_OK):
+        raise UsageError(f"--out {path}: not writable: give a folder the report can be "
+                         "written to")
+    return path
+
+
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     data = load_run(args.run_dir, args.model_dir)
-    out = args.out or args.run_dir
-    os.makedirs(out, exist_ok=True)
+    out = _out_dir(args.out or args.run_dir)
     png = render_png(data)
     png_path = os.path.join(out, PNG_NAME)
     if png is not None:

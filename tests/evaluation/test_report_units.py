@@ -34,6 +34,18 @@ def test_report_of_a_missing_or_foreign_directory_is_a_usage_error(tmp_path):
     assert not (tmp_path / "report.png").exists()
 
 
+def test_report_out_that_is_a_file_is_a_usage_error(tmp_path):
+    (tmp_path / "plan.json").write_text(json.dumps({"run_id": "x-1", "name": "x",
+                                                    "model_dir": str(tmp_path), "tasks": []}))
+    (tmp_path / "a-file").write_text("x")
+    for out, words in ((tmp_path / "a-file", "a file, not a folder"),
+                       (tmp_path / "a-file" / "sub", "Not a directory")):
+        done = run_launch("report", str(tmp_path), "--out", str(out))
+        assert done.returncode == 2 and f"--out {out}: {words}" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr and "launcher error" not in done.stderr
+    assert (tmp_path / "a-file").read_text() == "x"
+
+
 def test_report_of_a_run_without_data_still_draws(tmp_path):
     plan = {"run_id": "x-1", "name": "x", "model_dir": str(tmp_path / "model"), "tasks": []}
     (tmp_path / "plan.json").write_text(json.dumps(plan))
