@@ -23,8 +23,10 @@ from launcher.api import parse_spec
 from launcher.backends import register, unregister
 from launcher.backends.base import Backend, ProbeResult, TaskHandle
 from launcher.job import Job, JobResult
+from launcher.monitors import Watch
 from launcher.output.console import Console
 from launcher.plan import TaskPlan, build_plan
+from launcher.tasks import Pace
 from orchestrator.elastic import ASKING
 
 
@@ -235,8 +237,8 @@ def run_job(spec_doc: dict, backend: ScriptedBackend, run_dir, monitors=(), trai
                       backend=backend.name, **plan_kwargs)
     out = Lines()
     clock = backend.clock
-    job = Job(plan, backend, str(run_dir / "run"), Console(out, out), list(monitors),
-              clock=clock, wait=backend.wait, training=training)
+    job = Job(plan, backend, str(run_dir / "run"), Console(out, out),
+              Watch(list(monitors), training=training), pace=Pace(clock, backend.wait))
     if before is not None:      # the test's hand on the job (a signal to the launcher)
         before(job)
     return job.run(), out
