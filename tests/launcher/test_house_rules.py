@@ -45,8 +45,8 @@ _O = "orchestrator"
 ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
     "orchestrator.roles": ("job names, trainers, start order, the primary task", ()),
     "orchestrator.decisions": (
-        "the decision vocabulary (finish, fail, lost, restart, drop, ignore) and `TaskState`,"
-        " the one task snapshot", ()),
+        "the decision vocabulary (`Action`, a `Literal` mypy checks: finish, fail, lost, "
+        "restart, drop, ignore) and `TaskState`, the one task snapshot", ()),
     "orchestrator.policies": (
         "`RestartPolicy` and the default per role, restart scope, back-off",
         (f"{_O}.decisions", f"{_O}.roles")),
