@@ -112,7 +112,7 @@ VARIANTS = {
     "pool=8": "import launcher.backends.local as m; m.LocalBackend.start_threads = 8",
     "pool=16": "import launcher.backends.local as m; m.LocalBackend.start_threads = 16",
     "no-setpriv": "import launcher.backends.local as m; m.dies_with_parent = lambda a, e: a",
-    "turn=0.2": "import launcher.job as m; m.TURN = 0.2",
+    "turn=0.2": "import launcher.monitors as m; m.TURN = 0.2",    # tick_every reads it
 }
 
 

@@ -135,14 +135,35 @@ class EndStep:
     cut: str = ""
 
 
-def end_step(now: float, tasks: Iterable[TaskState], training: TrainingView,
-             timeouts: dict[str, float], synchronous: bool,
-             trainers_done_at: float | None, done_at: float | None = None,
-             estimator: bool = True) -> EndStep:
-    """The next step of the end (see the module docstring). ``done_at``: when training was
-    seen done (max_steps reached, or the primary task exited 0; default now);
-    ``trainers_done_at``: when the last trainer ended (None while one runs);
-    ``estimator``: the workers are tf.estimator's (they end by themselves)."""
+@dataclass(frozen=True)
+class Moments:
+    """A job's moments on the loop's clock: its start, when training was seen done
+    (max_steps reached, or the primary task exited 0), when a monitor said max_steps was
+    reached, and when the last trainer ended after that (the evaluator's window opens)."""
+
+    started: float = 0.0
+    training_done: float | None = None
+    reached: float | None = None
+    trainers_done: float | None = None
+
+
+@dataclass(frozen=True)
+class EndRules:
+    """What the end rules know of the job itself: its timeouts, whether its trainers are
+    synchronous (MultiWorkerMirroredStrategy) and whether its workers are tf.estimator's
+    (they end by themselves)."""
+
+    timeouts: dict[str, float]
+    synchronous: bool = False
+    estimator: bool = True
+
+
+def end_step(now: float, moments: Moments, tasks: Iterable[TaskState],
+             training: TrainingView, rules: EndRules) -> EndStep:
+    """The next step of the end (see the module docstring). ``moments.training_done``
+    (default now) and ``moments.trainers_done`` (None while a trainer runs) are read."""
+    timeouts, synchronous, estimator = rules.timeouts, rules.synchronous, rules.estimator
+    done_at, trainers_done_at = moments.training_done, moments.trainers_done
     tasks = list(tasks)
     running = [t for t in tasks if t.running]
     trainers = [t for t in running if t.type in TRAINERS]

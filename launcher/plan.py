@@ -194,7 +194,7 @@ def compact(doc: Any) -> str:
 
 
 @dataclass(frozen=True)
-class Notice:
+class NoticeRoute:
     """How a preemption notice reaches a backend's tasks: ``signals`` the in-task handler
     answers (orchestrator/preemption.py: ``URG`` from the launcher; ``URG,TERM`` where the
     engine's SIGTERM is the notice), ``site`` the folder of its ``sitecustomize`` where the
@@ -211,7 +211,7 @@ SITE_HERE = os.path.join(os.path.dirname(os.path.abspath(preemption.__file__)), 
 
 
 def preemption_env(spec: Spec, role: str, env: dict[str, str],
-                   notice: Notice | None) -> dict[str, str]:
+                   notice: NoticeRoute | None) -> dict[str, str]:
     """What arms the preemption notice in a task (docs/preemption.md): its signals, the
     ps's grace, and the notice's ``sitecustomize`` first on PYTHONPATH, before the spec's
     PYTHONPATH (or, for tasks of this machine's filesystem, the launcher's). Nothing when
@@ -285,7 +285,7 @@ def build_plan(
     run_id: str | None = None,
     base_env: dict[str, str] | None = None,
     backend: str | None = None,
-    notice: Notice | None = None,
+    notice: NoticeRoute | None = None,
 ) -> JobPlan:
     """Resolve hosts and ports and give every task its TF_CONFIG, environment and command.
 

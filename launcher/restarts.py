@@ -29,6 +29,7 @@ from __future__ import annotations
 import signal
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Final, Literal
 
 from orchestrator.decisions import CLUSTER, DROP, FAIL, IGNORE, RESTART, Decision
 from orchestrator.policies import (
@@ -45,8 +46,14 @@ from orchestrator.policies import (
 )
 from orchestrator.roles import TRAINERS
 
-OK, SIGNAL, TRANSIENT, ERROR, LOST = "ok", "signal", "transient", "error", "lost"
-REFUSED = "refused"     # its command could not be started (the kernel, a shell, the engine)
+# What an ended or lost task's end was, as the policies read it (the module docstring).
+ExitKind = Literal["ok", "signal", "transient", "error", "lost", "refused"]
+OK: Final = "ok"
+SIGNAL: Final = "signal"
+TRANSIENT: Final = "transient"
+ERROR: Final = "error"
+LOST: Final = "lost"
+REFUSED: Final = "refused"     # its command could not be started (a shell, the engine)
 
 
 def signal_name(signum: int) -> str:
@@ -57,7 +64,7 @@ def signal_name(signum: int) -> str:
 
 
 def classify_exit(status: int, tail: Iterable[str] = (), role: str | None = None
-                  ) -> tuple[str, str]:
+                  ) -> tuple[ExitKind, str]:
     """(kind, description) of an exit status and the task's last output lines (with the
     exception line of its log, launcher/output/tracebacks.py, when it is further up)."""
     if status == 0:
@@ -125,7 +132,7 @@ class RestartBook:
         """A monitor found the task lost (unreachable, hung) while the launcher saw no exit."""
         return self._decide(role, name, LOST, reason)
 
-    def _decide(self, role: str, name: str, kind: str, what: str) -> Decision:
+    def _decide(self, role: str, name: str, kind: ExitKind, what: str) -> Decision:
         if name in self.dropped:    # a late word about a worker the job went on without
             return Decision(IGNORE, f"{what} (the job already goes on without {name})")
         policy = self.policy_for(role)

@@ -148,19 +148,27 @@ class StartPool:
 START_POOL = StartPool()
 
 
+@dataclass(frozen=True)
+class Pace:
+    """The job loop's time: its clock, and how it waits between turns (None: until a
+    task's output ends, at most the seconds given). Tests script both."""
+
+    clock: Callable[[], float] = time.monotonic
+    wait: Callable[[float], object] | None = None
+
+
 class Tasks:
     """The processes of a plan's tasks on a backend: started, their output pumped into
     their logs and the console, their exits reaped, stopped on demand."""
 
     def __init__(self, plan_tasks: list[TaskPlan], backend: Backend, run_dir: str,
-                 console: Console, events: EventLog, clock: Callable[[], float] = time.monotonic,
-                 wait: Callable[[float], object] | None = None, kill_timeout: float = 5.0,
-                 unwritten: Unwritten | None = None):
+                 console: Console, events: EventLog, pace: Pace = Pace(),
+                 kill_timeout: float = 5.0, unwritten: Unwritten | None = None):
         self.backend = backend
         self.console = console
         self.events = events
-        self.clock = clock
-        self.wait = wait or self._wait_for_output
+        self.clock = pace.clock
+        self.wait = pace.wait or self._wait_for_output
         self.kill_timeout = kill_timeout
         self.unwritten = unwritten or Unwritten(console.info)
         try:

@@ -17,20 +17,36 @@ from __future__ import annotations
 
 import signal
 from dataclasses import dataclass
+from typing import Final, Literal, NoReturn
 
-FINISH, FAIL, LOST, RESTART, IGNORE = "finish", "fail", "lost", "restart", "ignore"
-DROP = "drop"
-TASK, CLUSTER = "task", "cluster"     # restart the lost task alone, or every task
+# What a monitor tells the job loop, and what a restart policy answers (``fail`` both):
+# mypy checks every value, and the loop's dispatches are exhaustive (``assert_never``).
+Action = Literal["finish", "fail", "lost", "restart", "ignore", "drop"]
+FINISH: Final = "finish"
+FAIL: Final = "fail"
+LOST: Final = "lost"
+RESTART: Final = "restart"
+IGNORE: Final = "ignore"
+DROP: Final = "drop"
+Scope = Literal["task", "cluster"]    # restart the lost task alone, or every task
+TASK: Final = "task"
+CLUSTER: Final = "cluster"
+
+
+def assert_never(value: NoReturn) -> NoReturn:
+    """The end of an exhaustive dispatch on ``Action``: mypy fails where a value is not
+    handled (``typing.assert_never`` is Python 3.11's)."""
+    raise AssertionError(f"not handled: {value!r}")
 
 
 @dataclass(frozen=True)
 class Decision:
     """What the job does next about some tasks, and the line that says why."""
 
-    action: str                   # FINISH, FAIL, LOST, RESTART, DROP or IGNORE
+    action: Action
     reason: str                   # the line shown to the user
     tasks: tuple[str, ...] = ()   # the tasks it is about ("ps:0")
-    scope: str = TASK             # RESTART: the task alone or the whole cluster
+    scope: Scope = TASK           # RESTART: the task alone or the whole cluster
     delay: float = 0.0            # RESTART: seconds before it starts again
     attempt: int = 0              # RESTART: restart number of the task that caused it
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from orchestrator.decisions import CLUSTER, TASK
+from orchestrator.decisions import CLUSTER, TASK, Scope
 from orchestrator.roles import TRAINERS
 
 NEVER, ON_FAILURE, ALWAYS = "never", "on-failure", "always"
@@ -45,7 +45,7 @@ DEFAULTS: dict[str, RestartPolicy] = {
     role: RestartPolicy(ON_FAILURE, 3, 1.0)
     for role in ("chief", "master", "worker", "ps", "evaluator")}
 # What restarts when a task of the role is lost: TensorFlow's rule, not a preference.
-SCOPES: dict[str, str] = {"chief": TASK, "master": TASK, "worker": TASK, "ps": CLUSTER,
+SCOPES: dict[str, Scope] = {"chief": TASK, "master": TASK, "worker": TASK, "ps": CLUSTER,
                           "evaluator": TASK}
 MAX_BACKOFF = 60.0
 
@@ -71,7 +71,7 @@ VANISHED_CHECKPOINT = (
 VANISHED_ROLES = ("evaluator",)
 
 
-def scope_for(role: str, synchronous: bool) -> str:
+def scope_for(role: str, synchronous: bool) -> Scope:
     """TASK or CLUSTER: what must restart when a task of ``role`` is lost. ``synchronous``:
     no ps and several trainers (every trainer is in every all-reduce)."""
     if synchronous and role in TRAINERS:

@@ -23,8 +23,10 @@ from launcher.api import parse_spec
 from launcher.backends import register, unregister
 from launcher.backends.base import Backend, ProbeResult, TaskHandle
 from launcher.job import Job, JobResult
+from launcher.monitors import Watch
 from launcher.output.console import Console
-from launcher.plan import TaskPlan, build_plan
+from launcher.plan import JobPlan, TaskPlan, build_plan
+from launcher.tasks import Pace
 from orchestrator.elastic import ASKING
 
 
@@ -223,20 +225,25 @@ class Lines(io.StringIO):
         return self.getvalue().splitlines()
 
 
+def scripted_plan(spec_doc: dict, backend: ScriptedBackend, run_dir, **plan_kwargs
+                  ) -> JobPlan:
+    """The plan of the spec ``spec_doc`` (backend "scripted") on ``backend``."""
+    doc = {"command": ["train"], "model_dir": str(run_dir / "model"), "backend": "scripted",
+           **spec_doc}
+    spec = parse_spec(json.dumps(doc))
+    return build_plan(spec, port_for=backend.allocate_port, place=backend.place,
+                      backend=backend.name, **plan_kwargs)
+
+
 def run_job(spec_doc: dict, backend: ScriptedBackend, run_dir, monitors=(), training=None,
             before=None, **plan_kwargs) -> tuple[JobResult, Lines]:
     """Run the real job loop over ``backend`` on the spec ``spec_doc`` (backend
     "scripted"); return the result and what the console printed. ``training``: the view of
     model_dir the end rules read (launcher.ending.TrainingView), as the coordinator gives."""
-    doc = {"command": ["train"], "model_dir": str(run_dir / "model"), "backend": "scripted",
-           **spec_doc}
-    spec = parse_spec(json.dumps(doc))
-    plan = build_plan(spec, port_for=backend.allocate_port, place=backend.place,
-                      backend=backend.name, **plan_kwargs)
+    plan = scripted_plan(spec_doc, backend, run_dir, **plan_kwargs)
     out = Lines()
-    clock = backend.clock
-    job = Job(plan, backend, str(run_dir / "run"), Console(out, out), list(monitors),
-              clock=clock, wait=backend.wait, training=training)
+    job = Job(plan, backend, str(run_dir / "run"), Console(out, out),
+              Watch(list(monitors), training=training), pace=Pace(backend.clock, backend.wait))
     if before is not None:      # the test's hand on the job (a signal to the launcher)
         before(job)
     return job.run(), out

@@ -25,7 +25,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, Callable, ClassVar, Protocol
 
-from launcher.plan import Notice
+from launcher.plan import NoticeRoute
 
 if TYPE_CHECKING:
     from launcher.checks import Address
@@ -198,10 +198,10 @@ class Backend(ABC):
     # what the preflight found that the user should read (a workdir's copy, the TensorFlow
     # of each host), printed once it passed; a backend's preflight sets its own list
     preflight_notes: list[str] = []
-    # How a preemption notice reaches the tasks (launcher/plan.py ``Notice``): the launcher
+    # How a preemption notice reaches the tasks (launcher/plan.py ``NoticeRoute``): the launcher
     # signals the chief with SIGURG, and the notice's sitecustomize is where the launcher
     # has it. An image's tasks find it in the image; Kubernetes' pods only hear SIGTERM.
-    notice: ClassVar[Notice] = Notice()
+    notice: ClassVar[NoticeRoute] = NoticeRoute()
 
     def __init__(self, options: Any = None, *, remap: bool = False, inside_job: bool = False):
         """``options``: the spec's section named like the backend, as its ``OPTIONS``.

@@ -49,7 +49,7 @@ from launcher.backends.remote_bootstrap import entry_script, refusal_in_words
 from launcher.checks import Address
 from launcher.errors import PreflightError, SpecError
 from launcher.model_dir import ModelDir
-from launcher.plan import IMAGE_SITE, JobPlan, Notice, TaskPlan
+from launcher.plan import IMAGE_SITE, JobPlan, NoticeRoute, TaskPlan
 
 DEFAULT_IMAGE = "tfcluster:tf2.15"
 HOST_NETWORK = "host"
@@ -178,7 +178,7 @@ class DockerBackend(PlacesGpus, Backend):
 
     name = "docker"
     OPTIONS = DockerOptions
-    notice = Notice("URG", IMAGE_SITE)    # the image's tfcluster (docker/Dockerfile)
+    notice = NoticeRoute("URG", IMAGE_SITE)    # the image's tfcluster (docker/Dockerfile)
     start_threads = 4           # `docker run` clients start off the job loop's thread
     options: DockerOptions
 

@@ -42,7 +42,7 @@ from launcher.backends.engine import EngineJob, Follower, Submits
 from launcher.backends.options import option
 from launcher.checks import Address
 from launcher.errors import PreflightError, SpecError
-from launcher.plan import IMAGE_SITE, JobPlan, Notice, Reservation, TaskPlan, grace_period
+from launcher.plan import IMAGE_SITE, JobPlan, NoticeRoute, Reservation, TaskPlan, grace_period
 from launcher.redact import redact_env
 from orchestrator.policies import RestartPolicy
 
@@ -162,7 +162,7 @@ class KubernetesBackend(Backend, EngineJob, Follower):
     reachable = False   # pod addresses are cluster-internal: the engine's state alone
     # a pod hears only SIGTERM (its deletion), with no launcher beside it: the chief saves
     # on it, the ps serves on while the chief answers (docs/preemption.md)
-    notice = Notice("URG,TERM", IMAGE_SITE, signal.SIGTERM)
+    notice = NoticeRoute("URG,TERM", IMAGE_SITE, signal.SIGTERM)
 
     def __new__(cls, options: KubernetesOptions | None = None, **kwargs: Any) -> KubernetesBackend:
         if cls is KubernetesBackend and (options or KubernetesOptions()).mode != "plain":

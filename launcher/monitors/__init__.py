@@ -2,7 +2,7 @@
 (``coordinator``), the tasks' TF servers asked over gRPC (``liveness``), the whole-job
 deadline (``deadline``). Each sees a snapshot of the tasks, never the Job. Here: what they
 are to the job loop (``Monitor``, ``Readiness``) and what watches one job (``Watch``, which
-launcher/api.py builds)."""
+launcher/api.py builds); the loop's one way in to them: ``watching.Watching``."""
 
 from __future__ import annotations
 

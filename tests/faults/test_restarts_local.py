@@ -278,6 +278,7 @@ def test_a_monitor_naming_a_lost_task_goes_through_the_restart_policy(tmp_path):
     from launcher.api import load_spec
     from launcher.backends.local import LocalBackend
     from launcher.job import Job
+    from launcher.monitors import Watch
     from launcher.output.console import Console
     from launcher.plan import build_plan
 
@@ -288,7 +289,7 @@ def test_a_monitor_naming_a_lost_task_goes_through_the_restart_policy(tmp_path):
     out = tmp_path / "console.txt"
     with out.open("w") as console_file:
         job = Job(job_plan, backend, str(tmp_path / "run"), Console(console_file, console_file),
-                  [LosesPsOnce()])
+                  Watch([LosesPsOnce()]))
         try:
             result = job.run()
         finally:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from scripted_backend import Script, ScriptedBackend, run_job
 
-from launcher.ending import WRITE_QUIET, EndStep, TrainingView, end_step
+from launcher.ending import WRITE_QUIET, EndRules, EndStep, Moments, TrainingView, end_step
 from launcher.output.closing import Closing
 from launcher.output.summary import closing_lines, summary_doc, training_of, verdict
 from orchestrator.decisions import FINISH, Decision, TaskState
@@ -122,21 +122,24 @@ def test_the_rule_as_a_pure_function():
                 for n in ("chief:0", "worker:0")]
     t = {"finish": 30.0, "save": 120.0, "evaluator": 900.0}
     view = TrainingView(100, reached_at=0.0, latest_step=100, final_step=100)
-    assert end_step(29.0, tasks(), view, t, True, None) == EndStep()
-    assert end_step(30.0, tasks(), view, t, True, None).wait.startswith("chief:0, worker:0")
-    assert end_step(120.0, tasks(), view, t, True, None).cut
+    assert end_step(29.0, Moments(), tasks(), view, EndRules(t, True)) == EndStep()
+    assert end_step(30.0, Moments(), tasks(), view, EndRules(t, True)).wait.startswith(
+        "chief:0, worker:0")
+    assert end_step(120.0, Moments(), tasks(), view, EndRules(t, True)).cut
     peer_ended = tasks(**{"chief:0": {"running": False, "status": 0, "ended_at": 50.0}})
-    assert end_step(79.0, peer_ended, view, t, True, None) == EndStep()
-    assert end_step(80.0, peer_ended, view, t, True, None).stop == ("worker:0",)
+    assert end_step(79.0, Moments(), peer_ended, view, EndRules(t, True)) == EndStep()
+    assert end_step(80.0, Moments(), peer_ended, view, EndRules(t, True)).stop == \
+        ("worker:0",)
     writing = TrainingView(100, reached_at=0.0, latest_step=100, final_step=100,
                            written_for=WRITE_QUIET - 1, written="export/1/saved_model.pb")
     quiet = TrainingView(100, reached_at=0.0, latest_step=100, final_step=100,
                          written_for=WRITE_QUIET, written="export/1/saved_model.pb")
-    assert end_step(40.0, tasks(), writing, t, False, None).wait
-    assert end_step(40.0, tasks(), quiet, t, False, None).stop == ("chief:0", "worker:0")
-    cut = end_step(120.0, tasks(), writing, t, False, None)
+    assert end_step(40.0, Moments(), tasks(), writing, EndRules(t, False)).wait
+    assert end_step(40.0, Moments(), tasks(), quiet, EndRules(t, False)).stop == \
+        ("chief:0", "worker:0")
+    cut = end_step(120.0, Moments(), tasks(), writing, EndRules(t, False))
     assert cut.cut == "chief:0, worker:0, stopped while still writing model_dir " \
                       "(export/1/saved_model.pb changed 9s before)"
     # a synchronous script that trains on past max_steps is not at work: stopped at once
     on = TrainingView(100, reached_at=0.0, latest_step=200, final_step=150)
-    assert "still moving" in end_step(1.0, tasks(), on, t, True, None).reason
+    assert "still moving" in end_step(1.0, Moments(), tasks(), on, EndRules(t, True)).reason

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from launcher.ending import EVAL_QUIET, WORKER_GRACE, EndStep, TrainingView, end_step
+from launcher.ending import (
+    EVAL_QUIET,
+    WORKER_GRACE,
+    EndRules,
+    EndStep,
+    Moments,
+    TrainingView,
+    end_step,
+)
 from orchestrator.decisions import TaskState
 
 TIMEOUTS = {"finish": 30.0, "evaluator": 900.0, "poll": 1.0}
@@ -22,7 +30,8 @@ TRAINING = TrainingView(max_steps=600)
 
 def step(tasks, training=TRAINING, now=100.0, sync=False,
          trainers_done_at=None) -> EndStep:
-    return end_step(now, tasks, training, TIMEOUTS, sync, trainers_done_at)
+    return end_step(now, Moments(trainers_done=trainers_done_at), tasks, training,
+                    EndRules(TIMEOUTS, sync))
 
 
 EXITED = {"running": False, "status": 0, "ended_at": 100.0 - WORKER_GRACE}
@@ -47,7 +56,7 @@ def test_workers_in_start_delay_or_serving_a_keras_coordinator_go_a_poll_after_t
                      worker_0={"started_at": 96.0}, worker_1={"started_at": 80.0})
     assert step(asleep).stop == ("worker:0",)     # 4 s into its 5 s delay; worker:1 trains
     servers = cluster(chief_0=dict(EXITED, ended_at=99.0))
-    pss = end_step(100.0, servers, TRAINING, TIMEOUTS, False, None, estimator=False)
+    pss = end_step(100.0, Moments(), servers, TRAINING, EndRules(TIMEOUTS, estimator=False))
     assert pss.stop == ("worker:0", "worker:1")
 
 
@@ -56,9 +65,10 @@ def test_synchronous_trainers_get_the_finish_window():
     reached = TrainingView(600, reached_at=90.0, latest_step=900)
     assert step(tasks, reached, now=119.0, sync=True) == EndStep()
     assert step(tasks, reached, now=120.0, sync=True).stop == ("worker:0", "worker:1")
-    chief_done = end_step(119.0, tasks, TRAINING, TIMEOUTS, True, None, done_at=90.0)
+    chief_at_90 = Moments(training_done=90.0)
+    chief_done = end_step(119.0, chief_at_90, tasks, TRAINING, EndRules(TIMEOUTS, True))
     assert chief_done == EndStep()          # no max_steps seen: from the chief's exit
-    chief_done = end_step(120.0, tasks, TRAINING, TIMEOUTS, True, None, done_at=90.0)
+    chief_done = end_step(120.0, chief_at_90, tasks, TRAINING, EndRules(TIMEOUTS, True))
     assert chief_done.stop == ("worker:0", "worker:1")
 
 

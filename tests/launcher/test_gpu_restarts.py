@@ -12,6 +12,7 @@ from launcher.gpus import Gpu, Machine, place
 from launcher.job import Job
 from launcher.output.console import Console
 from launcher.plan import build_plan
+from launcher.tasks import Pace
 
 GPUS = tuple(Gpu(i, f"GPU-{i}") for i in range(4))
 
@@ -26,8 +27,8 @@ def run(tmp_path, scripts: dict[str, list[Script]], restart: dict):
     plan = build_plan(spec, port_for=backend.allocate_port, backend=backend.name)
     place(plan, [Machine("localhost", GPUS, tuple(t.name for t in plan.tasks))])
     out = Lines()
-    job = Job(plan, backend, str(tmp_path / "run"), Console(out, out), [],
-              clock=backend.clock, wait=backend.wait)
+    job = Job(plan, backend, str(tmp_path / "run"), Console(out, out),
+              pace=Pace(backend.clock, backend.wait))
     return job.run(), backend, out
 
 

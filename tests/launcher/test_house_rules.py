@@ -45,8 +45,8 @@ _O = "orchestrator"
 ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
     "orchestrator.roles": ("job names, trainers, start order, the primary task", ()),
     "orchestrator.decisions": (
-        "the decision vocabulary (finish, fail, lost, restart, drop, ignore) and `TaskState`,"
-        " the one task snapshot", ()),
+        "the decision vocabulary (`Action`, a `Literal` mypy checks: finish, fail, lost, "
+        "restart, drop, ignore) and `TaskState`, the one task snapshot", ()),
     "orchestrator.policies": (
         "`RestartPolicy` and the default per role, restart scope, back-off",
         (f"{_O}.decisions", f"{_O}.roles")),
@@ -126,7 +126,7 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("launcher.errors", "launcher.plan", f"{_O}.roles")),
     "launcher.output": (
         "what a person sees: console, live view, progress line, closing lines, summary and "
-        "task rows, metrics table, a failed task's traceback",
+        "task rows, metrics table, how a failed task is shown",
         ("launcher.ending", "launcher.gpus", "launcher.model_dir", "launcher.signals",
          f"{_O}.checkpoints",
          f"{_O}.coordinator", f"{_O}.decisions", f"{_O}.evaluated", f"{_O}.metrics_file",
@@ -147,20 +147,28 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
         "made from the declarations (the spec's, each backend's options)",
         ("launcher.backends", "launcher.spec")),
     "launcher.monitors": (
-        "what the job loop ticks (`Monitor`, `Watch`): the coordinator's adapter over "
-        "model_dir, the TF servers asked over gRPC (`lost`, ps readiness), `timeouts.job`",
+        "what the job loop ticks (`Monitor`, `Watch`) and its one way in to them "
+        "(`Watching`): the coordinator's adapter over model_dir, the TF servers asked over "
+        "gRPC (`lost`, ps readiness), `timeouts.job`",
         ("launcher.ending", "launcher.output", "launcher.records", f"{_O}.checkpoints",
          f"{_O}.coordinator", f"{_O}.decisions", f"{_O}.roles")),
     "launcher.tasks": (
         "task mechanics: start, output, exits, stop; `TaskRun` and its snapshot",
         ("launcher.backends", "launcher.ending", "launcher.output", "launcher.plan",
          "launcher.records", f"{_O}.decisions", f"{_O}.roles")),
-    "launcher.job": (
-        "the job loop's policy: start order, ends, restarts, teardown",
+    "launcher.loop": (
+        "beside the job loop: the notices that make the savers save (a preemption, the save "
+        "request at max_steps); the restart policies' verdicts carried out",
         ("launcher.backends", "launcher.ending", "launcher.errors", "launcher.monitors",
          "launcher.output", "launcher.plan", "launcher.records", "launcher.restarts",
+         "launcher.tasks", f"{_O}.decisions", f"{_O}.elastic", f"{_O}.preemption",
+         f"{_O}.roles")),
+    "launcher.job": (
+        "the job loop's policy: start, the turn, training done, the end, teardown",
+        ("launcher.backends", "launcher.ending", "launcher.errors", "launcher.loop",
+         "launcher.monitors", "launcher.output", "launcher.plan", "launcher.records",
          "launcher.signals", "launcher.tasks", f"{_O}.decisions", f"{_O}.elastic",
-         f"{_O}.preemption", f"{_O}.roles")),
+         f"{_O}.roles")),
     "launcher.tensorboard": (
         "TensorBoard with the run: a process the launcher owns, beside the chief or on this "
         "machine, outside the verdict",

@@ -7,10 +7,13 @@ from __future__ import annotations
 import signal
 
 import pytest
-from scripted_backend import Script, ScriptedBackend, run_job
+from scripted_backend import Lines, Script, ScriptedBackend, run_job, scripted_plan
 
 from launcher.ending import WORKER_GRACE
-from launcher.job import PortConflict
+from launcher.job import Job, PortConflict
+from launcher.monitors import Watch
+from launcher.output.console import Console
+from launcher.tasks import Pace
 
 pytestmark = pytest.mark.usefixtures("scripted_backend")
 
@@ -202,3 +205,41 @@ def test_a_chief_alone_is_not_said_to_wait_for_others(tmp_path):
     result, out = run_job(spec(cluster={"chief": 1}, strategy="estimator"), backend, tmp_path)
     assert result.status == 0
     assert "chief:0 finished\n" in out.getvalue() and "waiting for" not in out.getvalue()
+
+
+def test_a_monitor_answering_a_restart_policys_word_is_the_launchers_own_failure(tmp_path):
+    """Monitors say finish, fail or lost; ``restart`` is the restart policies' word: a
+    monitor that says it is a bug in tfcluster, said in one line, every task stopped."""
+    from orchestrator.decisions import RESTART, Decision
+
+    backend = ScriptedBackend({})          # every task runs until stopped
+    wrong = Decision(RESTART, "worker:1 again", ("worker:1",))
+    result, out = run_job(spec(), backend, tmp_path, monitors=[Says(backend.clock, 2, wrong)])
+    assert result.status == 1
+    assert result.reason.startswith("launcher error (a bug in tfcluster, not in the job): "
+                                    "ValueError: a monitor answered restart")
+    assert not any(t.running for t in result.tasks)
+    assert (tmp_path / "run" / "launcher-error.txt").exists()
+
+
+def test_monitors_built_once_the_tasks_started_are_ticked_from_then_on(tmp_path):
+    """The caller's ``watch`` (launcher/api.py's) is called once, when no task is starting
+    any more; its monitors, readiness and model_dir view are the loop's from then on."""
+    from orchestrator.decisions import FINISH, Decision
+
+    backend = ScriptedBackend({})
+    finish = Decision(FINISH, "checkpoint model.ckpt-100 reached max_steps 100")
+    says = Says(backend.clock, 5, finish)
+    built = []
+
+    def watch() -> Watch:
+        built.append(len(backend.starts))
+        return Watch([says])
+
+    out = Lines()
+    job = Job(scripted_plan(spec(), backend, tmp_path), backend, str(tmp_path / "run"),
+              Console(out, out), watch, pace=Pace(backend.clock, backend.wait))
+    result = job.run()
+    assert built == [4]                     # once, after the 4 tasks' starts
+    assert result.status == 0 and finish.reason in out.getvalue()
+    assert {t.name for t in says.seen[0]} == {"ps:0", "chief:0", "worker:0", "worker:1"}

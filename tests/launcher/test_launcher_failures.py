@@ -15,7 +15,7 @@ from scripted_backend import Script, ScriptedBackend, run_job
 
 from launcher import cli
 from launcher.backends.base import NotStarted
-from launcher.job import StartFailed
+from launcher.loop.recovery import StartFailed
 
 pytestmark = pytest.mark.usefixtures("scripted_backend")
 

@@ -167,10 +167,10 @@ def test_a_bad_timeouts_preempt_is_one_line(tmp_path, value, words):
 
 
 def plan_of(doc: dict):
-    from launcher.plan import Notice, build_plan
+    from launcher.plan import NoticeRoute, build_plan
 
     spec = parse_spec(json.dumps({"command": ["train"], "model_dir": "/m", **doc}))
-    return build_plan(spec, port_for=lambda host: 2222, notice=Notice())
+    return build_plan(spec, port_for=lambda host: 2222, notice=NoticeRoute())
 
 
 def test_the_plan_arms_the_notice_first_on_the_tasks_pythonpath():

@@ -14,10 +14,12 @@ from support import FakeClock, read_events
 
 from launcher.api import parse_spec
 from launcher.job import Job
+from launcher.monitors import Watch
 from launcher.monitors.liveness import Answer, Liveness, LivenessMonitor
 from launcher.output.console import Console
 from launcher.plan import build_plan
 from launcher.records.events import EventLog
+from launcher.tasks import Pace
 from orchestrator.decisions import LOST, TaskState
 
 OK = Answer(True, "OK")
@@ -186,8 +188,8 @@ def make_job(tmp_path, scripts, answer, **fields):
         clock.sleep(secs)
         monitor.poll_once()
 
-    job = Job(plan, backend, str(tmp_path / "run"), Console(out, out), [monitor], events,
-              clock=clock, wait=wait, readiness=monitor)
+    job = Job(plan, backend, str(tmp_path / "run"), Console(out, out),
+              Watch([monitor], readiness=monitor), events, pace=Pace(clock, wait))
     return job, backend, out
 
 
