@@ -94,16 +94,25 @@ def test_command_after_double_dash_replaces_the_spec_command(tmp_path):
     assert "argv=['a b', '$(echo x)']" in done.stdout
 
 
+def _wait_for_every_hello(tmp_path: Path) -> None:
+    """Every task's first line is in its log: a notice sent earlier can land in the middle of
+    the fake task's print (its text, then its newline), and the answer glues onto it."""
+    def greeted() -> int:
+        logs = list((tmp_path / "runs").glob("*/logs/*.log"))
+        return sum("hello from" in log.read_text(errors="replace") for log in logs)
+    deadline = time.monotonic() + 60
+    while greeted() < 5 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert greeted() == 5 and len(tfcluster_tasks()) == 5
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupting_launch_ends_every_task(tmp_path, sig):
     plan = {"chief": "forever", "worker": "forever", "ps": "forever", "evaluator": "forever"}
     spec = write_spec(tmp_path, env={"FAKE_PLAN": json.dumps(plan)})
     proc = subprocess.Popen(launch_cmd(str(spec)), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 30
-    while len(tfcluster_tasks()) < 5 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert len(tfcluster_tasks()) == 5
+    _wait_for_every_hello(tmp_path)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=30)
     if sig == signal.SIGTERM:   # a preemption notice: the chief says it has nothing to save
