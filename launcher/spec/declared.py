@@ -26,7 +26,7 @@ from launcher.checks import (
 )
 
 T = TypeVar("T")
-# the schemas $defs names for a kind of value, as the checks read them
+# the kinds of value a key's schema may name by $ref (the JSON Schema's $defs hold them)
 REFS = {"#/$defs/seconds": {"type": "number", "minimum": 0}}
 
 
@@ -35,7 +35,7 @@ def key(schema: dict[str, Any], description: str = "", default: Any = dataclasse
         required: str | None = None, factory: Callable[[], Any] | None = None,
         hand: bool = False) -> Any:
     """A dataclass field that is one key of the spec. ``schema``: its JSON Schema (the
-    value's checks come from it: type, minimum, exclusiveMinimum, pattern, enum);
+    value's checks come from it: type, minimum, exclusiveMinimum, pattern);
     ``parse(value, where)`` replaces those checks where a key needs its own; ``problem``:
     the error for a string that misses its pattern; ``required``: the key must be given,
     and this says what it is; ``factory``: a default made anew each time; ``hand``: its
@@ -110,8 +110,8 @@ def parse_section(cls: type[T], raw: Any, where: str, **fixed: Any) -> T:
 
 class Keyed(Mapping[str, Any]):
     """Read-only access by key to a section's given fields (those not None), as the
-    dictionaries it replaced were read: ``timeouts["kill"]``, ``resources.get("cpus")``,
-    ``"memory" in resources``, ``dict(...)``. A shim: it goes once the last string reads
+    dictionaries it replaced were read: ``t["kill"]``, ``res.get("cpus")``, ``"memory" in
+    res``, ``dict(...)``. A shim: it goes once the last string reads
     are converted to attributes (``plan.timeouts.kill``)."""
 
     def __getitem__(self, name: str) -> Any:

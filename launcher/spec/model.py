@@ -9,7 +9,7 @@ from typing import Any
 
 from launcher.checks import Address, expect_argv
 from launcher.spec.cluster import NAME_PATTERN
-from launcher.spec.declared import declared, key, properties
+from launcher.spec.declared import REFS, declared, key, properties
 from launcher.spec.resources import Resources, parse_resources
 from launcher.spec.sections import (
     KERAS_ROUTES,
@@ -203,7 +203,7 @@ DEFS: dict[str, Any] = {
     "single": {"oneOf": [{"const": 1},
                          {"type": "array", "minItems": 1, "maxItems": 1,
                           "items": {"$ref": "#/$defs/address"}}]},
-    "seconds": {"type": "number", "minimum": 0},
+    "seconds": REFS["#/$defs/seconds"],
     "restart": {"oneOf": [{"enum": list(POLICIES)},
                           {"type": "object", "additionalProperties": False,
                            "properties": RESTART_FIELDS}]},
