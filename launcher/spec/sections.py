@@ -21,7 +21,7 @@ from launcher.checks import (
     type_name,
 )
 from launcher.spec.declared import declared, key, properties
-from orchestrator.policies import POLICIES, RestartPolicy
+from orchestrator.policies import DEFAULTS, NEVER, ON_FAILURE, POLICIES, RestartPolicy
 from orchestrator.roles import ROLES
 
 STRATEGIES = ("estimator", "parameter_server", "multi_worker_mirrored")
@@ -159,14 +159,14 @@ def parse_restart(raw: Any, where: str = "restart") -> dict[str, RestartPolicy]:
             value = {"policy": value}
         pol = expect_dict(value, at)
         check_keys(pol, tuple(RESTART_FIELDS), at)
-        policy = expect_str(pol.get("policy", "on-failure"), f"{at}.policy")
+        policy = expect_str(pol.get("policy", ON_FAILURE), f"{at}.policy")
         if policy not in POLICIES:
             raise fail(f"{at}.policy", f"must be one of {', '.join(POLICIES)}, "
                                         f"got {policy!r}")
-        default_max = 0 if policy == "never" else 3
+        default_max = 0 if policy == NEVER else DEFAULTS[role].max_restarts
         max_restarts = expect_int(pol.get("max_restarts", default_max), f"{at}.max_restarts",
                                   minimum=0)
-        backoff = expect_number(pol.get("backoff", 1.0), f"{at}.backoff")
+        backoff = expect_number(pol.get("backoff", DEFAULTS[role].backoff), f"{at}.backoff")
         out[role] = RestartPolicy(policy, max_restarts, backoff)
     return out
 

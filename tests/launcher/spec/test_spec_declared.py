@@ -24,7 +24,7 @@ from launcher.spec import (
 from launcher.spec.declared import declared
 from orchestrator import preemption
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SCHEMA = json.loads((REPO / "cluster_specs" / "schema.json").read_text())
 BASE = {"cluster": {"chief": 1, "worker": 2, "ps": 1}, "model_dir": "m",
         "command": ["python", "t.py"]}
