@@ -31,17 +31,8 @@ from orchestrator.roles import trainer_jobs
 
 TIMEOUT_FIELDS = properties(Timeouts)
 ARGV = {"type": "array", "minItems": 1, "items": {"type": "string"}}
-MLFLOW = {
-    "type": "object", "additionalProperties": False,
-    "properties": {
-        "tracking_uri": {"type": "string", "pattern": "^[Hh][Tt][Tt][Pp][Ss]?://",
-                         "description": "The server's http(s) URL (default "
-                                        "$MLFLOW_TRACKING_URI)."},
-        "experiment": {"type": "string", "minLength": 1, "maxLength": 500,
-                       "description": "Default $MLFLOW_EXPERIMENT_NAME, else the spec's "
-                                      "name."},
-        "run_name": {"type": "string", "minLength": 1},
-        "tags": {"type": "object", "additionalProperties": {"type": "string"}}}}
+MLFLOW = {"type": "object", "additionalProperties": False,
+          "properties": properties(MlflowSettings)}
 
 
 @dataclass(kw_only=True)

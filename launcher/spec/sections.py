@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from launcher.checks import (
     Address,
@@ -20,7 +20,7 @@ from launcher.checks import (
     tracking_uri_problem,
     type_name,
 )
-from launcher.spec.declared import declared, key, properties
+from launcher.spec.declared import declared, key, parse_section, properties
 from orchestrator.policies import DEFAULTS, NEVER, ON_FAILURE, POLICIES, RestartPolicy
 from orchestrator.roles import ROLES
 
@@ -42,15 +42,40 @@ class TensorBoardSettings:
     port: int | None = None
 
 
+def _checked(problem_of: Callable[[str], str | None]) -> Callable[[Any, str], str]:
+    """A string key's parser: a string, then ``problem_of``'s words when it has any."""
+    def parse(value: Any, where: str) -> str:
+        text = expect_str(value, where)
+        problem = problem_of(text)
+        if problem:
+            raise fail(where, problem)
+        return text
+    return parse
+
+
+def _tags(value: Any, where: str) -> dict[str, str]:
+    tags = expect_dict(value, where)
+    for name, text in tags.items():
+        expect_str(text, f"{where}.{name}", allow_empty=True)
+    return dict(tags)
+
+
 @dataclass(frozen=True)
 class MlflowSettings:
     """``"tracking": {"mlflow": {...}}``: where the run is logged (launcher/tracking/); None
     fields fall back to the environment ($MLFLOW_TRACKING_URI, $MLFLOW_EXPERIMENT_NAME)."""
 
-    tracking_uri: str | None = None
-    experiment: str | None = None
-    run_name: str | None = None
-    tags: dict[str, str] = field(default_factory=dict)
+    tracking_uri: str | None = key(
+        {"type": "string", "pattern": "^[Hh][Tt][Tt][Pp][Ss]?://"},
+        "The server's http(s) URL (default $MLFLOW_TRACKING_URI).", None,
+        parse=_checked(tracking_uri_problem))
+    experiment: str | None = key(
+        {"type": "string", "minLength": 1, "maxLength": 500},
+        "Default $MLFLOW_EXPERIMENT_NAME, else the spec's name.", None,
+        parse=_checked(experiment_problem))
+    run_name: str | None = key({"type": "string", "minLength": 1}, "", None)
+    tags: dict[str, str] = key({"type": "object", "additionalProperties": {"type": "string"}},
+                               "", factory=dict, parse=_tags)
 
 
 @dataclass(frozen=True)
@@ -196,20 +221,4 @@ def parse_tracking(raw: Any, where: str = "tracking") -> MlflowSettings | None:
     check_keys(expect_dict(raw, where), ("mlflow",), where)
     if "mlflow" not in raw:
         return None
-    given = expect_dict(raw["mlflow"], "tracking.mlflow")
-    check_keys(given, ("tracking_uri", "experiment", "run_name", "tags"), "tracking.mlflow")
-    values: dict[str, str | None] = {}
-    for name in ("tracking_uri", "experiment", "run_name"):
-        values[name] = expect_str(given[name], f"tracking.mlflow.{name}") \
-            if name in given else None
-    uri, experiment = values["tracking_uri"], values["experiment"]
-    problem = tracking_uri_problem(uri) if uri is not None else None
-    if problem:
-        raise fail("tracking.mlflow.tracking_uri", problem)
-    problem = experiment_problem(experiment) if experiment is not None else None
-    if problem:
-        raise fail("tracking.mlflow.experiment", problem)
-    tags = expect_dict(given.get("tags", {}), "tracking.mlflow.tags")
-    for name, value in tags.items():
-        expect_str(value, f"tracking.mlflow.tags.{name}", allow_empty=True)
-    return MlflowSettings(uri, experiment, values["run_name"], dict(tags))
+    return parse_section(MlflowSettings, raw["mlflow"], f"{where}.mlflow")
