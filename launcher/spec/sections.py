@@ -78,6 +78,21 @@ class MlflowSettings:
                                "", factory=dict, parse=_tags)
 
 
+def parse_env(raw: Any, where: str) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for name, value in expect_dict(raw, where).items():
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+            raise fail(f"{where}.{name}", "is not a valid environment variable name")
+        if name == "TF_CONFIG" or name.startswith("TFCLUSTER_"):
+            raise fail(f"{where}.{name}", "is set by tfcluster for every task; do not set it")
+        if name == "CUDA_VISIBLE_DEVICES":
+            raise fail(f"{where}.{name}", "is set by tfcluster for every task from its "
+                                           "resources: give resources.ROLE.gpus or .devices "
+                                           "(docs/gpus.md)")
+        env[name] = expect_str(value, f"{where}.{name}", allow_empty=True)
+    return env
+
+
 @dataclass(frozen=True)
 class RoleSettings:
     """One role's own command, environment and working directory (``"roles": {"ps": ...}``):
@@ -87,9 +102,9 @@ class RoleSettings:
 
     command: list[str] | None = key(
         {"type": "array", "minItems": 1, "items": {"type": "string"}},
-        "the role's own command (replaces the top-level one)", None)
+        "the role's own command (replaces the top-level one)", None, parse=expect_argv)
     env: dict[str, str] = key({"$ref": "#/$defs/env"}, "extends the top-level env",
-                              factory=dict)
+                              factory=dict, parse=parse_env)
     workdir: str | None = key({"type": "string"}, "the role's own working directory", None)
     minimum: int | None = key(
         {"type": "integer", "minimum": 0},
@@ -112,21 +127,6 @@ RESTART_FIELDS: dict[str, dict[str, Any]] = {
 }
 
 
-def parse_env(raw: Any, where: str) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for name, value in expect_dict(raw, where).items():
-        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
-            raise fail(f"{where}.{name}", "is not a valid environment variable name")
-        if name == "TF_CONFIG" or name.startswith("TFCLUSTER_"):
-            raise fail(f"{where}.{name}", "is set by tfcluster for every task; do not set it")
-        if name == "CUDA_VISIBLE_DEVICES":
-            raise fail(f"{where}.{name}", "is set by tfcluster for every task from its "
-                                           "resources: give resources.ROLE.gpus or .devices "
-                                           "(docs/gpus.md)")
-        env[name] = expect_str(value, f"{where}.{name}", allow_empty=True)
-    return env
-
-
 def parse_roles(raw: Any, cluster: dict[str, list[Address]], evaluator: Address | None,
                 strategy: str) -> dict[str, RoleSettings]:
     roles = expect_dict(raw, "roles")
@@ -138,21 +138,14 @@ def parse_roles(raw: Any, cluster: dict[str, list[Address]], evaluator: Address 
             raise fail(where, f"the spec has no {role} task (add it to "
                                f"{'evaluator' if role == 'evaluator' else 'cluster'} or "
                                "leave it out of roles)")
-        settings = expect_dict(value, where)
-        check_keys(settings, ROLE_KEYS, where)
-        out[role] = RoleSettings(
-            command=expect_argv(settings["command"], f"{where}.command")
-            if "command" in settings else None,
-            env=parse_env(settings["env"], f"{where}.env") if "env" in settings else {},
-            workdir=expect_str(settings["workdir"], f"{where}.workdir")
-            if "workdir" in settings else None,
-            minimum=_parse_minimum(settings["minimum"], role, cluster, strategy)
-            if "minimum" in settings else None)
+        out[role] = settings = parse_section(RoleSettings, value, where)
+        if settings.minimum is not None:
+            _check_minimum(settings.minimum, role, cluster, strategy)
     return out
 
 
-def _parse_minimum(raw: Any, role: str, cluster: dict[str, list[Address]],
-                   strategy: str) -> int:
+def _check_minimum(minimum: int, role: str, cluster: dict[str, list[Address]],
+                   strategy: str) -> None:
     """``roles.worker.minimum``: the fewest workers an asynchronous job goes on with."""
     where = f"roles.{role}.minimum"
     if role != "worker":
@@ -165,13 +158,11 @@ def _parse_minimum(raw: Any, role: str, cluster: dict[str, list[Address]],
     if "ps" not in cluster:
         raise fail(where, "needs asynchronous training, with a ps (parameter_server, or "
                           "estimator with a ps): without one the workers are not independent")
-    least = 1 if strategy == "parameter_server" else 0
-    minimum = expect_int(raw, where, minimum=least)
+    expect_int(minimum, where, minimum=1 if strategy == "parameter_server" else 0)
     count = len(cluster[role])
     if minimum > count:
         raise fail(where, f"{minimum} is more than the {count} worker task"
                           f"{'s' if count != 1 else ''} of cluster.worker")
-    return minimum
 
 
 def parse_restart(raw: Any, where: str = "restart") -> dict[str, RestartPolicy]:
