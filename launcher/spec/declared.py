@@ -109,26 +109,24 @@ def parse_section(cls: type[T], raw: Any, where: str, **fixed: Any) -> T:
 
 
 class Keyed(Mapping[str, Any]):
-    """Read-only access by key to a section's given fields (those not None), as the
-    dictionaries it replaced were read: ``t["kill"]``, ``res.get("cpus")``, ``"memory" in
-    res``, ``dict(...)``. A shim: it goes once the last string reads
-    are converted to attributes (``plan.timeouts.kill``)."""
+    """A section of the spec as a frozen dataclass: ``to_dict()``, its given fields (those
+    not None) as plain JSON data (plan.json, --dry-run --json).
 
-    def __getitem__(self, name: str) -> Any:
-        value = getattr(self, name, None) if name in self._names() else None
-        if value is None:
-            raise KeyError(name)
-        return value
-
-    def __iter__(self) -> Iterator[str]:
-        return (n for n in self._names() if getattr(self, n) is not None)
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-    def _names(self) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(self))  # type: ignore[arg-type]
+    The ``Mapping`` base and its three methods are a shim: read-only access by key, as the
+    dictionaries it replaced were read (``t["kill"]``, ``res.get("cpus")``, ``"memory" in
+    res``, ``dict(...)``). It goes once the last string reads are converted to attributes
+    (``plan.timeouts.kill``)."""
 
     def to_dict(self) -> dict[str, Any]:
-        """The given fields as plain JSON data (plan.json, --dry-run --json)."""
-        return dict(self)
+        values = ((f.name, getattr(self, f.name))
+                  for f in dataclasses.fields(self))  # type: ignore[arg-type]
+        return {name: value for name, value in values if value is not None}
+
+    def __getitem__(self, name: str) -> Any:
+        return self.to_dict()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.to_dict())
+
+    def __len__(self) -> int:
+        return len(self.to_dict())

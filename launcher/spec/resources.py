@@ -64,7 +64,7 @@ class Resources(Keyed):
 
     def over(self, base: Resources) -> Resources:
         """``base`` with what this one gives on top (resources.default, then a role's)."""
-        return dataclasses.replace(base, **dict(self))
+        return dataclasses.replace(base, **self.to_dict())
 
 
 RESOURCE_KEYS = tuple(f.name for f in declared(Resources))
