@@ -44,7 +44,7 @@ def validate(raw: Any, source: str | None = None, *, backends: Sequence[str]) ->
                               for f in declared(Spec)
                               if not f.metadata["hand"] and f.name in spec_obj}
     max_steps, epochs, examples, batch_size = parse_steps(spec_obj)
-    backend = expect_str(spec_obj.get("backend", "local"), "backend")
+    backend = expect_str(spec_obj.get("backend", Spec.backend), "backend")   # its default
     if backend not in backends:
         raise fail("backend", f"unknown backend {backend!r} (allowed: {', '.join(backends)})")
     keras = parse_keras(spec_obj, cluster, evaluator)
