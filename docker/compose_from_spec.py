@@ -23,6 +23,7 @@ from typing import Any
 
 from launcher.plan import IMAGE_SITE, grace_period
 from launcher.redact import MASK
+from launcher.spec import Timeouts
 from orchestrator import preemption
 
 IMAGE = "tfcluster:tf2.15"
@@ -77,7 +78,7 @@ def compose(plan: dict[str, Any], image: str = IMAGE) -> dict[str, Any]:
         if task["type"] in ("ps", "evaluator"):
             service["stop_signal"] = "SIGTERM"      # a ps ends on SIGTERM only
         if preemption.ENV in task["env"]:       # `docker compose stop`: the chief saves first
-            service["stop_grace_period"] = f"{grace_period(plan['timeouts'])}s"
+            service["stop_grace_period"] = f"{grace_period(Timeouts(**plan['timeouts']))}s"
         services[name] = service
     # no top-level "name": docker-compose 1.x refuses it; the project is `-p NAME`
     return {"services": services, "volumes": {MODEL_VOLUME: {}}}

@@ -65,11 +65,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.decisions import TaskState
 from orchestrator.preemption import NOTHING_TO_SAVE
 from orchestrator.roles import names_text
+
+if TYPE_CHECKING:
+    from launcher.spec import Timeouts
 
 TRAINERS = ("chief", "master", "worker")
 EVAL_QUIET = 30.0         # s of silence after its final evaluation: the evaluator is idle
@@ -153,7 +156,7 @@ class EndRules:
     synchronous (MultiWorkerMirroredStrategy) and whether its workers are tf.estimator's
     (they end by themselves)."""
 
-    timeouts: dict[str, float]
+    timeouts: Timeouts
     synchronous: bool = False
     estimator: bool = True
 
@@ -182,7 +185,7 @@ def end_step(now: float, moments: Moments, tasks: Iterable[TaskState],
 
 
 def _trainers(now: float, since: float, tasks: list[TaskState], trainers: list[TaskState],
-              training: TrainingView, timeouts: dict[str, float],
+              training: TrainingView, timeouts: Timeouts,
               synchronous: bool, estimator: bool) -> EndStep:
     """The trainers still running once training is done, in named steps: asynchronous
     workers after the primary's end, a script past max_steps, then timeouts.finish and
@@ -199,7 +202,7 @@ def _trainers(now: float, since: float, tasks: list[TaskState], trainers: list[T
 
 
 def _workers_after_primary(now: float, tasks: list[TaskState], trainers: list[TaskState],
-                           training: TrainingView, timeouts: dict[str, float],
+                           training: TrainingView, timeouts: Timeouts,
                            synchronous: bool, estimator: bool) -> EndStep | None:
     """Asynchronous training: once the primary saved and exited 0, the other trainers add
     nothing to the model (Estimator's workers after a grace, unless still starting)."""
@@ -249,7 +252,7 @@ def _finish_from(since: float, tasks: list[TaskState], synchronous: bool,
 
 
 def _still_at_work(now: float, since: float, trainers: list[TaskState],
-                   training: TrainingView, timeouts: dict[str, float],
+                   training: TrainingView, timeouts: Timeouts,
                    together: bool) -> EndStep:
     """After timeouts.finish: stop the trainers, unless they still write model_dir or run
     together, which timeouts.save waits for (then they are cut short)."""
@@ -293,7 +296,7 @@ def _covered(training: TrainingView) -> bool:
 
 
 def _evaluator(now: float, tasks: list[TaskState], training: TrainingView,
-               timeouts: dict[str, float], trainers_done_at: float | None) -> EndStep:
+               timeouts: Timeouts, trainers_done_at: float | None) -> EndStep:
     evaluators = [t for t in tasks if t.type == "evaluator"]
     running = [t for t in evaluators if t.running]
     due = [t for t in evaluators if t.restarting]

@@ -24,9 +24,10 @@ from launcher.expand import expand, expand_args
 from launcher.spec import (
     KERAS_JAX,
     TF_KERAS,
-    TIMEOUT_DEFAULTS,
+    Resources,
     Spec,
     TensorBoardSettings,
+    Timeouts,
     resources_for,
 )
 from orchestrator import preemption
@@ -47,7 +48,7 @@ class TaskPlan:
     env: dict[str, str]
     cwd: str | None = None
     auto_port: bool = False
-    resources: dict[str, Any] = field(default_factory=dict)
+    resources: Resources = field(default_factory=Resources)
     # the command as the spec gives it, before $(VAR) expansion (Kubernetes expands it in
     # the pod); None when it has nothing to expand
     raw_command: list[str] | None = None
@@ -70,7 +71,7 @@ class TaskPlan:
     def to_dict(self) -> dict:
         return {"type": self.type, "index": self.index, "host": self.host, "port": self.port,
                 "command": self.command, "env": self.env, "cwd": self.cwd,
-                "auto_port": self.auto_port, "resources": self.resources, "gpus": self.gpus}
+                "auto_port": self.auto_port, "resources": dict(self.resources), "gpus": self.gpus}
 
 
 @dataclass
@@ -86,7 +87,7 @@ class JobPlan:
     strategy: str = "estimator"
     keras: str | None = None        # the spec's "keras": tf-keras, jax, or None
     backend: str = "local"
-    timeouts: dict[str, float] = field(default_factory=lambda: dict(TIMEOUT_DEFAULTS))
+    timeouts: Timeouts = field(default_factory=Timeouts)
     restart: dict[str, RestartPolicy] = field(default_factory=dict)
     check_storage: bool = True
     tensorboard: TensorBoardSettings | None = None  # TensorBoard with the run
@@ -107,7 +108,7 @@ class JobPlan:
         return {"run_id": self.run_id, "name": self.name, "model_dir": self.model_dir,
                 "max_steps": self.max_steps, "strategy": self.strategy,
                 "keras": self.keras,
-                "backend": self.backend, "timeouts": self.timeouts,
+                "backend": self.backend, "timeouts": self.timeouts.to_dict(),
                 "restart": {role: asdict(p) for role, p in self.restart.items()},
                 "check_storage": self.check_storage,
                 "storage": self.storage.to_dict(),
@@ -128,7 +129,7 @@ class Reservation:
     # (role, index, the spec's address) of every task: the cluster's jobs in the spec's
     # order, then the evaluator
     tasks: tuple[tuple[str, int, Address], ...]
-    resources: dict[str, dict[str, Any]] = field(default_factory=dict)  # the spec's section
+    resources: dict[str, Resources] = field(default_factory=dict)  # the spec's section
     restart: dict[str, RestartPolicy] = field(default_factory=dict)     # the spec's own rules
 
     @property
@@ -145,8 +146,7 @@ def reservation(spec: Spec) -> Reservation:
     tasks = [(job, i, a) for job, addrs in spec.cluster.items() for i, a in enumerate(addrs)]
     if spec.evaluator is not None:
         tasks.append(("evaluator", 0, spec.evaluator))
-    return Reservation(spec.name, tuple(tasks), {k: dict(v) for k, v in spec.resources.items()},
-                       dict(spec.restart))
+    return Reservation(spec.name, tuple(tasks), dict(spec.resources), dict(spec.restart))
 
 
 def max_steps_of(spec: Spec) -> int | None:
@@ -217,24 +217,24 @@ def preemption_env(spec: Spec, role: str, env: dict[str, str],
     PYTHONPATH (or, for tasks of this machine's filesystem, the launcher's). Nothing when
     ``timeouts.preempt`` is 0 or the trainers are MultiWorkerMirrored (TensorFlow's own
     PreemptionCheckpointHandler answers SIGTERM there)."""
-    if notice is None or not spec.timeouts.get("preempt") or spec.synchronous:
+    if notice is None or not spec.timeouts.preempt or spec.synchronous:
         return {}
     site = notice.site or SITE_HERE
     rest = env.get("PYTHONPATH") or (os.environ.get("PYTHONPATH", "") if notice.site is None
                                      else "")
     return {preemption.ENV: notice.signals,
-            preemption.GRACE_ENV: f"{spec.timeouts['preempt']:g}",
+            preemption.GRACE_ENV: f"{spec.timeouts.preempt:g}",
             "PYTHONPATH": os.pathsep.join(p for p in (site, rest) if p)}
 
 
-def grace_period(timeouts: dict[str, float]) -> int | None:
+def grace_period(timeouts: Timeouts) -> int | None:
     """A pod's terminationGracePeriodSeconds, a compose service's stop_grace_period: the
     preemption notice's bound (``timeouts.preempt``: the chief saves, the ps serve on) and
     then the stop's (``timeouts.kill``); None (the engine's default) when the notice is
     off."""
-    if not timeouts.get("preempt"):
+    if not timeouts.preempt:
         return None
-    return int(math.ceil(timeouts["preempt"] + timeouts.get("kill", 5.0)))
+    return int(math.ceil(timeouts.preempt + timeouts.kill))
 
 
 def host_port(host: str, port: int) -> str:
@@ -351,7 +351,7 @@ def build_plan(
                    model_dirs.resolve(spec.model_dir, spec.workdir, spec.env,
                                       spec.keras == KERAS_JAX), tasks,
                    spec.strategy, spec.keras, backend=backend or spec.backend,
-                   timeouts=dict(spec.timeouts), restart=restart_policies(spec),
+                   timeouts=spec.timeouts, restart=restart_policies(spec),
                    check_storage=spec.check_storage, tensorboard=spec.tensorboard,
                    minimum={role: r.minimum for role, r in spec.roles.items()
                             if r.minimum is not None},

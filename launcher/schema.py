@@ -1,7 +1,7 @@
 """The spec's JSON Schema, cluster_specs/schema.json, made from the declarations: the core
-spec's (launcher/spec.py's ``FIELDS``) and each registered backend's options
-(launcher/backends/options.py). ``python -m launcher.schema cluster_specs/schema.json``
-writes the file; a test checks that it is current."""
+spec's (launcher/spec/: ``FIELDS``, from ``Spec``'s declared fields) and each registered
+backend's options (launcher/backends/options.py). ``python -m launcher.schema
+cluster_specs/schema.json`` writes the file; a test checks that it is current."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ HEAD = {
     "$id": "https://tfcluster.dev/schema/cluster-spec.json",
     "title": "tfcluster cluster spec",
     "description": "One distributed TensorFlow job: its tasks, command, model_dir and end. "
-                   "The launcher's own validation (launcher/spec.py) is stricter and gives "
+                   "The launcher's own validation (launcher/spec/) is stricter and gives "
                    "the error messages; this schema is for editors and tools.",
 }
 

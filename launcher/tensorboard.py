@@ -290,4 +290,4 @@ def with_run(plan: JobPlan, backend: Any, run_dir: str, console: Any,
     port = plan.tensorboard.port or runner.allocate_port(host)
     return TensorBoard(board_task(python, env, cwd, host, logdir, port), runner,
                        os.path.join(run_dir, "logs", "tensorboard.log"), console.info, record,
-                       kill_after=plan.timeouts.get("kill", 5.0), own_backend=own)
+                       kill_after=plan.timeouts.kill, own_backend=own)

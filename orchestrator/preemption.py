@@ -38,6 +38,7 @@ from typing import Any
 
 ENV = "TFCLUSTER_PREEMPT"            # the signals of a notice here: "URG" or "URG,TERM"
 GRACE_ENV = "TFCLUSTER_PREEMPT_GRACE"   # s a ps serves on after SIGTERM while the chief lives
+GRACE = 60.0        # without GRACE_ENV; timeouts.preempt's default (launcher/spec/timeouts.py)
 ARMED_ENV = "TFCLUSTER_PREEMPT_ARMED"   # set once armed: the task's children stay untouched
 NOTICE = signal.SIGURG               # what the launcher sends: ignored by default
 ANSWER = "tfcluster: preemption notice: "   # how each of the task's answers starts
@@ -235,9 +236,9 @@ def _serve_on(env: dict[str, str] | os._Environ[str]) -> bool:
     if chief is None:
         return False
     try:
-        grace = float(env.get(GRACE_ENV, "60"))
+        grace = float(env.get(GRACE_ENV, GRACE))
     except ValueError:
-        grace = 60.0
+        grace = GRACE
     read_end, write_end = os.pipe()
     os.set_blocking(write_end, False)
     signal.signal(signal.SIGTERM, lambda signum, frame: None)

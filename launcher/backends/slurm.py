@@ -30,6 +30,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +47,7 @@ from launcher.backends.watchdog import Watchdog
 from launcher.checks import Address
 from launcher.errors import PreflightError, SpecError
 from launcher.plan import JobPlan, Reservation, TaskPlan
-from launcher.spec import ROLES, resources_for
+from launcher.spec import ROLES, Resources, resources_for
 
 DEFAULT_SIGNAL_LEAD = 120          # seconds before the time limit for the warning signal
 CANCEL_WAIT = 120.0                # seconds for the launcher's teardown after `launch cancel`
@@ -220,7 +221,7 @@ class SlurmBackend(Backend, Submits, Follower):
         self.label_of = {(role, i): a.host for role, i, a in reservation.tasks}
         self.allocation = self._allocation_options(reservation)
 
-    def _check_allocation_level(self, resources: dict[str, dict[str, Any]]) -> None:
+    def _check_allocation_level(self, resources: Mapping[str, Mapping[str, Any]]) -> None:
         """One allocation has one partition and one time limit: a role may not differ."""
         for key in ("partition", "time"):
             wanted = getattr(self.options, key) or resources.get("default", {}).get(key)
@@ -255,7 +256,7 @@ class SlurmBackend(Backend, Submits, Follower):
             if "memory" in res:
                 per_label[label]["mem"] += memory_mb(res["memory"])
         o = self.options
-        default = reservation.resources.get("default", {})
+        default = reservation.resources.get("default", Resources())
         argv = [f"--job-name=tfc-{reservation.name}",
                 f"--nodes={len(self.labels)}", "--ntasks-per-node=1",
                 f"--cpus-per-task={max(v['cpus'] for v in per_label.values()) or 1}"]

@@ -5,9 +5,12 @@ says so. 0 (the default) means no deadline."""
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from orchestrator.decisions import FAIL, Decision, TaskState
+
+if TYPE_CHECKING:
+    from launcher.spec import Timeouts
 
 
 class DeadlineMonitor:
@@ -32,8 +35,8 @@ class DeadlineMonitor:
         pass
 
 
-def deadline_monitor(timeouts: dict[str, float],
+def deadline_monitor(timeouts: Timeouts,
                      clock: Callable[[], float] = time.monotonic) -> list[DeadlineMonitor]:
     """The deadline monitor when the plan sets ``timeouts.job``, else nothing."""
-    seconds = timeouts.get("job") or 0
+    seconds = timeouts.job
     return [DeadlineMonitor(seconds, clock)] if seconds > 0 else []

@@ -397,7 +397,7 @@ def liveness_monitor(plan, backend, events=None) -> LivenessMonitor | None:
     """The liveness monitor for a plan, or None: the backend cannot reach its tasks
     (Kubernetes from outside: the engine's state alone), or ``timeouts.unresponsive`` is 0
     (gRPC checks off)."""
-    unresponsive = plan.timeouts.get("unresponsive", 0)
+    unresponsive = plan.timeouts.unresponsive
     if not getattr(backend, "reachable", True) or unresponsive <= 0:
         return None
-    return LivenessMonitor(unresponsive, events, startup=plan.timeouts["start"])
+    return LivenessMonitor(unresponsive, events, startup=plan.timeouts.start)

@@ -10,6 +10,7 @@ import pytest
 from scripted_backend import Script, ScriptedBackend, run_job
 
 from launcher.monitors.deadline import DeadlineMonitor, deadline_monitor
+from launcher.spec import Timeouts
 
 CLUSTER = {"chief": 1, "worker": 1, "ps": 1}
 
@@ -48,8 +49,8 @@ def test_the_ps_waits_for_a_trainer_that_ignores_sigterm(tmp_path):
 
 
 def test_no_deadline_unless_the_spec_sets_one():
-    assert deadline_monitor({"job": 0.0}) == []
-    (monitor,) = deadline_monitor({"job": 5})
+    assert deadline_monitor(Timeouts(job=0.0)) == []
+    (monitor,) = deadline_monitor(Timeouts(job=5))
     assert monitor.seconds == 5
 
 

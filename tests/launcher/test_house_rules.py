@@ -103,13 +103,16 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
     "launcher.expand": ("`$(VAR)` in a task's arguments", ()),
     "launcher.checks": (
         "plain value checks (`expect_*`, `check_keys`) and `Address`", ("launcher.errors",)),
+    "launcher.spec": (
+        "the spec as plain data, each key declared once with its schema, default and "
+        "description (`Spec`, `Timeouts`, `Resources`); its validation (handed the backends'"
+        " names), the rules between keys written by hand",
+        ("launcher.checks", "launcher.errors", f"{_O}.policies", f"{_O}.preemption",
+         f"{_O}.roles")),
     "launcher.ending": (
         "how a job ends once training is done, or on a preemption notice (who saves, when "
         "the wait for the checkpoint is over): pure functions; `JobResult`",
-        (f"{_O}.decisions", f"{_O}.preemption", f"{_O}.roles")),
-    "launcher.spec": (
-        "the spec as plain data, its validation (handed the backends' names)",
-        ("launcher.checks", "launcher.errors", f"{_O}.policies", f"{_O}.roles")),
+        ("launcher.spec", f"{_O}.decisions", f"{_O}.preemption", f"{_O}.roles")),
     "launcher.restarts": (
         "the one judge of an exit or a loss",
         (f"{_O}.decisions", f"{_O}.policies", f"{_O}.roles")),
@@ -150,7 +153,8 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
         "what the job loop ticks (`Monitor`, `Watch`) and its one way in to them "
         "(`Watching`): the coordinator's adapter over model_dir, the TF servers asked over "
         "gRPC (`lost`, ps readiness), `timeouts.job`",
-        ("launcher.ending", "launcher.output", "launcher.records", f"{_O}.checkpoints",
+        ("launcher.ending", "launcher.output", "launcher.records", "launcher.spec",
+         f"{_O}.checkpoints",
          f"{_O}.coordinator", f"{_O}.decisions", f"{_O}.roles")),
     "launcher.tasks": (
         "task mechanics: start, output, exits, stop; `TaskRun` and its snapshot",

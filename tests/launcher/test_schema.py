@@ -17,7 +17,7 @@ from launcher.errors import SpecError
 REPO = Path(__file__).resolve().parents[2]
 SPECS = REPO / "cluster_specs"
 DOC = REPO / "docs" / "spec.md"
-BEGIN = "<!-- fields: generated from launcher/spec.py by tests/launcher/test_schema.py -->"
+BEGIN = "<!-- fields: generated from launcher/spec/ by tests/launcher/test_schema.py -->"
 END = "<!-- /fields -->"
 SCHEMA = json.loads((SPECS / "schema.json").read_text())
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
@@ -108,7 +108,7 @@ def test_the_parser_takes_the_declared_keys_and_defaults():
     assert set(ROLE_KEYS) == set(SCHEMA["$defs"]["role"]["properties"])
     assert set(RESOURCE_KEYS) == set(SCHEMA["$defs"]["resources"]["properties"])
     spec = parse_spec(json.dumps({"cluster": {"worker": 1}, "model_dir": "m"}))
-    assert spec.timeouts == TIMEOUT_DEFAULTS
+    assert spec.timeouts.to_dict() == TIMEOUT_DEFAULTS
     assert spec.check_storage is props["check_storage"]["default"]
     assert spec.tf_config_model_dir is props["tf_config_model_dir"]["default"]
     assert spec.backend == props["backend"]["default"]
@@ -145,8 +145,8 @@ def test_schema_and_parser_both_take_gpu_resources():
                          "worker": {"devices": ["0,1", "GPU-8f6a"]}, "ps": {"gpus": 0}}}
     VALIDATOR.validate(doc)
     spec = parse_spec(json.dumps(doc))
-    assert spec.resources["worker"]["devices"] == ["0,1", "GPU-8f6a"]
-    assert spec.resources["default"] == {"gpus": 1, "gpu_share": True}
+    assert spec.resources["worker"].devices == ["0,1", "GPU-8f6a"]
+    assert spec.resources["default"].to_dict() == {"gpus": 1, "gpu_share": True}
 
 
 @pytest.mark.parametrize("value, port", [(True, None), ({}, None), ({"port": 7007}, 7007)])
