@@ -86,7 +86,6 @@ WORKER_GRACE = 10.0
 ESTIMATOR_DELAY_PER_WORKER = 5.0   # tf.estimator: worker i sleeps 5*(i+1) s before training,
 ESTIMATOR_MAX_DELAY = 60.0         # at most 60 s (RunConfig.experimental_max_worker_delay_secs)
 WRITE_QUIET = 10.0   # s without a change in model_dir: nothing is being written there
-SAVE_BOUND = 300.0   # timeouts.save's default: the longest trainers still at work are waited for
 
 
 @dataclass
@@ -196,7 +195,7 @@ def _trainers(now: float, since: float, tasks: list[TaskState], trainers: list[T
         return step
     together = synchronous and _all_run(tasks)
     start = _finish_from(since, tasks, synchronous, together)
-    if now - (start if start is not None else since) < timeouts["finish"]:
+    if now - (start if start is not None else since) < timeouts.finish:
         return EndStep()
     return _still_at_work(now, since, trainers, training, timeouts, together)
 
@@ -212,7 +211,7 @@ def _workers_after_primary(now: float, tasks: list[TaskState], trainers: list[Ta
             and primary.status == 0):
         return None
     after = now - (primary.ended_at if primary.ended_at is not None else now)
-    poll = timeouts.get("poll", 1.0)
+    poll = timeouts.poll
     workers = [t for t in trainers if t is not primary and after >= (
         max(WORKER_GRACE, poll) if estimator and not _in_start_delay(t, now) else poll)]
     if not workers:
@@ -256,11 +255,11 @@ def _still_at_work(now: float, since: float, trainers: list[TaskState],
                    together: bool) -> EndStep:
     """After timeouts.finish: stop the trainers, unless they still write model_dir or run
     together, which timeouts.save waits for (then they are cut short)."""
-    bound = timeouts.get("save", SAVE_BOUND)
+    bound = timeouts.save
     writing = training.written_for is not None and training.written_for < WRITE_QUIET
     own_save = training.unsaved and not _covered(training)
     if not (writing or together or own_save):
-        return EndStep(_names(trainers), f"still running {timeouts['finish']:g}s after "
+        return EndStep(_names(trainers), f"still running {timeouts.finish:g}s after "
                                          f"training was done (timeouts.finish)")
     if now - since < bound:
         return EndStep(wait=_waiting(trainers, training, writing))
@@ -301,7 +300,7 @@ def _evaluator(now: float, tasks: list[TaskState], training: TrainingView,
     running = [t for t in evaluators if t.running]
     due = [t for t in evaluators if t.restarting]
     opened = trainers_done_at if trainers_done_at is not None else now
-    window_over = now - opened >= timeouts["evaluator"]
+    window_over = now - opened >= timeouts.evaluator
     if running:
         # A running evaluator loops on: it will see the final checkpoint (TensorFlow's
         # own exits by itself once it evaluated one at or past its max_steps).
@@ -315,7 +314,7 @@ def _evaluator(now: float, tasks: list[TaskState], training: TrainingView,
                                             f"{evaluated})")
         if window_over:
             return EndStep(_names(running), f"the evaluator did not evaluate the final "
-                                            f"checkpoint within {timeouts['evaluator']:g}s "
+                                            f"checkpoint within {timeouts.evaluator:g}s "
                                             f"(timeouts.evaluator)")
         return EndStep()
     if due and not window_over:

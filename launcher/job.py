@@ -51,7 +51,6 @@ from typing import Callable
 
 from launcher.backends.base import Backend
 from launcher.ending import (
-    SAVE_BOUND,
     EndRules,
     JobResult,
     Moments,
@@ -94,7 +93,7 @@ class Job:
         self.events = events or EventLog(os.path.join(run_dir, "events.jsonl"),
                                          on_error=self._events_unwritten)
         self.tasks = Tasks(plan.tasks, backend, run_dir, console, self.events, pace,
-                           kill_timeout=plan.timeouts.get("kill", 5.0),
+                           kill_timeout=plan.timeouts.kill,
                            unwritten=self.unwritten)
         self.watching = Watching(watch, len(plan.tasks), self.clock)
         self.moments = Moments(started=self.clock())
@@ -250,14 +249,14 @@ class Job:
         failure = None if self.training_done else self.watching.silent_ps(
             ((r.name, r.task.address, r.started) for r in self.tasks.runs
              if r.task.type == "ps" and r.running and not r.stopped and r.started is not None),
-            self.timeouts["start"])
+            self.timeouts.start)
         return self._finish(1, failure) if failure else None
 
     def _interrupted(self) -> JobResult:
         """Ctrl-C, SIGHUP: the ordered stop. SIGTERM while training runs is a preemption
         notice (launcher/loop/notices.py): the savers save first, within timeouts.preempt."""
         name = signal.Signals(self.interrupted or signal.SIGTERM).name
-        if self.interrupted != signal.SIGTERM or not self.timeouts.get("preempt") or \
+        if self.interrupted != signal.SIGTERM or not self.timeouts.preempt or \
                 self.training_done:
             return self._finish(128 + (self.interrupted or 0), f"interrupted by {name}")
         outcome = self.notices.preempt(lambda: self.watching.tick_quietly(self.snapshot))
@@ -305,7 +304,7 @@ class Job:
     def _waited(self, wait: str, now: float) -> None:
         """Trainers still at work past ``timeouts.finish`` (``wait``: who, doing what): said
         once when the wait begins; the closing lines say how long it lasted and its bound."""
-        bound = f"at most timeouts.save {self.timeouts.get('save', SAVE_BOUND):g}s from " \
+        bound = f"at most timeouts.save {self.timeouts.save:g}s from " \
                 "training's end"
         if wait and self.waiting is None:
             self.waiting = (now, wait)

@@ -14,7 +14,6 @@ from launcher.ending import (
     AT_MAX_STEPS,
     PREEMPTION,
     RESEND,
-    SAVE_BOUND,
     Notice,
     TrainingView,
     over,
@@ -108,7 +107,7 @@ class Notices:
         elif any(r.running for r in self._requested_to):
             self.console.info(f"{AT_MAX_STEPS}: {outcome}: it cannot save on request; "
                               f"waiting for its own save or end (at most timeouts.save "
-                              f"{self.plan.timeouts.get('save', SAVE_BOUND):g}s from training's "
+                              f"{self.plan.timeouts.save:g}s from training's "
                               f"end)")
         else:
             self.console.info(f"{AT_MAX_STEPS}: {outcome}")
@@ -119,7 +118,7 @@ class Notices:
         ``save_due``). model_dir's view is read only once training was seen done, or the
         trainers' output showed max_steps: before that nothing is due."""
         max_steps = self.plan.max_steps
-        if max_steps is None or not self.plan.timeouts.get("preempt") or self._request_over:
+        if max_steps is None or not self.plan.timeouts.preempt or self._request_over:
             return
         shown = self.console.steps.newest()
         if not training_done and (shown is None or shown.step < max_steps):
@@ -204,7 +203,7 @@ class Notices:
         recorded, sent by the first turn of its wait (``_turn``)."""
         sends = self.sends
         notified = [r for r in self.tasks.runs if r.name in savers(tasks, self.plan.synchronous)]
-        notice = Notice(self.tasks.clock(), self.plan.timeouts["preempt"],
+        notice = Notice(self.tasks.clock(), self.plan.timeouts.preempt,
                         tuple(r.name for r in notified), step, saved, kind=kind, sends=sends)
         if kind == PREEMPTION:
             self.notice = notice

@@ -12,6 +12,7 @@ from scripted_backend import Script, ScriptedBackend, run_job
 from launcher.ending import WRITE_QUIET, EndRules, EndStep, Moments, TrainingView, end_step
 from launcher.output.closing import Closing
 from launcher.output.summary import closing_lines, summary_doc, training_of, verdict
+from launcher.spec import Timeouts
 from orchestrator.decisions import FINISH, Decision, TaskState
 
 pytestmark = pytest.mark.usefixtures("scripted_backend")
@@ -120,7 +121,7 @@ def test_the_rule_as_a_pure_function():
     def tasks(**states):
         return [TaskState(n, n.split(":")[0], **{"running": True, **states.get(n, {})})
                 for n in ("chief:0", "worker:0")]
-    t = {"finish": 30.0, "save": 120.0, "evaluator": 900.0}
+    t = Timeouts(finish=30.0, save=120.0, evaluator=900.0)
     view = TrainingView(100, reached_at=0.0, latest_step=100, final_step=100)
     assert end_step(29.0, Moments(), tasks(), view, EndRules(t, True)) == EndStep()
     assert end_step(30.0, Moments(), tasks(), view, EndRules(t, True)).wait.startswith(

@@ -11,9 +11,10 @@ from launcher.ending import (
     TrainingView,
     end_step,
 )
+from launcher.spec import Timeouts
 from orchestrator.decisions import TaskState
 
-TIMEOUTS = {"finish": 30.0, "evaluator": 900.0, "poll": 1.0}
+TIMEOUTS = Timeouts(finish=30.0, evaluator=900.0, poll=1.0)
 
 
 def cluster(**states) -> list[TaskState]:

@@ -12,7 +12,7 @@ import pytest
 
 from launcher.api import parse_spec
 from launcher.errors import SpecError
-from launcher.plan import Notice, build_plan
+from launcher.plan import NoticeRoute, build_plan
 from launcher.spec import (
     TIMEOUT_DEFAULTS,
     TOP_LEVEL_KEYS,
@@ -36,7 +36,7 @@ def spec_of(**keys: object) -> Spec:
 
 def plan_of(spec: Spec):
     ports = iter(range(20000, 20100))
-    return build_plan(spec, lambda host: next(ports), run_id="r", notice=Notice())
+    return build_plan(spec, lambda host: next(ports), run_id="r", notice=NoticeRoute())
 
 
 def test_the_timeouts_a_spec_leaves_out_are_the_declared_defaults():
