@@ -1,3 +1,3 @@
 """What a run leaves on disk and reads back: its events (``events``), state.json per run
 (``registry``), model_dir's lease (``lease``), what the run directory could not take
-(``unwritten``) and the launcher's own failure (``crash``)."""
+(``unwritten``), the launcher's own failure (``crash``) and plan.json (``plan_file``)."""

@@ -126,15 +126,16 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("launcher.errors", "launcher.plan", f"{_O}.roles")),
     "launcher.output": (
         "what a person sees: console, live view, progress line, closing lines, summary and "
-        "task rows, metrics table, a failed task's traceback",
+        "task rows, metrics table, a failed task's traceback, the dry run",
         ("launcher.ending", "launcher.gpus", "launcher.model_dir", "launcher.signals",
          f"{_O}.checkpoints",
          f"{_O}.coordinator", f"{_O}.decisions", f"{_O}.evaluated", f"{_O}.metrics_file",
          f"{_O}.roles", f"{_O}.sharding")),
     "launcher.records": (
         "what a run leaves on disk: events, state.json per run (the registry), model_dir's "
-        "lease, what the run directory could not take, the launcher's own failure",
-        ("launcher.errors", "launcher.output", "launcher.signals", f"{_O}.decisions")),
+        "lease, what the run directory could not take, the launcher's own failure, plan.json",
+        ("launcher.errors", "launcher.output", "launcher.plan", "launcher.redact",
+         "launcher.signals", f"{_O}.decisions")),
     "launcher.backends": (
         "the registry (one line per engine), the `Backend` interfaces, one module per engine "
         "(local, ssh, slurm, kubernetes, docker) and their helpers: processes, the remote "
@@ -175,7 +176,7 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
         " the monitors, the job loop",
         ("launcher.backends", "launcher.ending", "launcher.errors", "launcher.gpus",
          "launcher.job", "launcher.model_dir", "launcher.monitors", "launcher.output",
-         "launcher.plan", "launcher.records", "launcher.redact", "launcher.signals",
+         "launcher.plan", "launcher.records", "launcher.signals",
          "launcher.spec", "launcher.tensorboard", "launcher.tracking", f"{_O}.coordinator",
          f"{_O}.roles")),
     "launcher": ("the package: `launcher.run`, `launcher.dry_run`", ("launcher.api",)),
