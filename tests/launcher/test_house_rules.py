@@ -43,7 +43,8 @@ _O = "orchestrator"
 # a top-level module. Each room may import the rooms listed (always below it: no arrow
 # runs back up), and nothing else of the project.
 ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "orchestrator.roles": ("job names, trainers, start order, the primary task", ()),
+    "orchestrator.roles": (
+        "job names, trainers, start order, the primary task, a task's address", ()),
     "orchestrator.decisions": (
         "the decision vocabulary (finish, fail, lost, restart, drop, ignore) and `TaskState`,"
         " the one task snapshot", ()),
@@ -142,7 +143,7 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
         "bootstrap, the watchdog, the environment and shared-storage checks",
         ("launcher.checks", "launcher.errors", "launcher.gpus", "launcher.model_dir",
          "launcher.output", "launcher.plan", "launcher.records", "launcher.redact",
-         "launcher.spec", f"{_O}.policies")),
+         "launcher.spec", f"{_O}.policies", f"{_O}.roles")),
     "launcher.schema": (
         "the spec's JSON Schema (cluster_specs/schema.json) and docs/spec.md's field table, "
         "made from the declarations (the spec's, each backend's options)",
