@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable, Union
 from launcher import spec as specs
 from launcher.backends import backend_class, engine, engine_holds, names
 from launcher.backends.base import PlacesGpus, gpu_machines
+from launcher.backends.environment import check_fsspec_driver, check_run_dir
 from launcher.errors import LauncherFailed, SpecError, UsageError, exit_of, own_failure
 from launcher.gpus import check_backend, describe, place
 from launcher.model_dir import resolve as resolve_model_dir
@@ -210,9 +211,6 @@ def run(spec: SpecLike, command: list[str] | None = None, *, local: bool = False
 def start(spec: Spec, backend: Backend, command: list[str] | None, options: RunOptions,
           console: Console | None = None) -> RunResult:
     """The checks of the environment, the backend's resources, the plan, then the run."""
-    # lazy: ~16 ms that --dry-run does without (python -X importtime, docs/benchmarks.md)
-    from launcher.backends.environment import check_fsspec_driver, check_run_dir
-
     command = list(command) if command is not None else None
     check_fsspec_driver(spec.model_dir)
     check_run_dir(options.run_dir or options.root or spec.run_dir or runs_root())
@@ -295,7 +293,7 @@ class Run:
                            inside_job=backend.inside_job)
         state.on_running = on_running
         if console is None:
-            # lazy: the console's libraries stay off --dry-run (tests/launcher/test_startup.py)
+            # lazy, as every run-only import here: off --dry-run (bench/lazy_imports.py)
             from launcher.output.terminal import make_console
 
             console = make_console(quiet=options.quiet, verbose=options.verbose)
@@ -336,8 +334,7 @@ class Run:
     def _execute(self) -> RunResult:
         """Preflight, run (new ports and again when a task lost its port to a race), then
         the closing summary; the backend is closed whatever happens."""
-        # lazy: the job loop, its monitors and the storage check are ~50 ms that --dry-run
-        # and --detach's submission do without (python -X importtime)
+        # lazy: run-only, off --dry-run and --detach's submission (bench/lazy_imports.py)
         from launcher.backends.storage_check import preflight_model_dir
         from launcher.job import Job, PortConflict
         from launcher.tensorboard import with_run
@@ -394,22 +391,14 @@ class Run:
     def close(self, result: JobResult, job: Job, unwritten: Unwritten) -> RunResult:
         """The closing summary of a job that ran (launcher/output/closing_report.py) after
         one last read of model_dir; summary.json."""
-        # lazy: the closing's reads and tables, ~20 ms off --dry-run (python -X importtime)
-        from launcher.ending import TrainingView, own_evaluations
-        from launcher.output.closing import final_read
-        from launcher.output.closing_report import report, settle
-        from orchestrator.roles import TRAINERS
+        # lazy: run-only (bench/lazy_imports.py)
+        from launcher.output.closing_report import last_read, report, settle
 
         plan, run_dir, console = self.plan, self.run_dir, self.console
         result.unwritten = unwritten.lines()   # the pumps have drained every task by now
         unwritten.job_over = True
         seen = self.progress()
-        closing = final_read(plan.storage.reader(), plan.max_steps,
-                             any(t.type == "evaluator" for t in plan.tasks), self.spec.epochs,
-                             [t.log for t in result.tasks if t.type in TRAINERS],
-                             plan.model_dir, result.training_finished, seen.evaluated_step)
-        closing.evaluated_step = own_evaluations(
-            TrainingView(evaluated_step=closing.evaluated_step), job.snapshot()).evaluated_step
+        closing = last_read(result, plan, self.spec.epochs, seen, job.snapshot())
         shown = console.steps.newest()
         short = settle(result, closing, seen, shown.step if shown else None)
         if short:
@@ -431,7 +420,7 @@ class Run:
         coordinator over model_dir, the whole-job deadline (``timeouts.job``) and, where
         the backend reaches the tasks, the liveness probe of their TF servers (also the
         job's readiness)."""
-        # lazy: with the job loop (``_execute``), off --dry-run
+        # lazy: run-only (bench/lazy_imports.py)
         from launcher.monitors import Watch
         from launcher.monitors.coordinator import CoordinatorMonitor
         from launcher.monitors.deadline import deadline_monitor
@@ -452,7 +441,7 @@ class Run:
 
     def progress(self) -> Progress:
         """The coordinator's last view of model_dir (an empty one if it never ran)."""
-        from orchestrator.coordinator import Progress  # lazy: with ``watch``
+        from orchestrator.coordinator import Progress  # lazy: run-only, as in ``watch``
 
         return self.coordinator.progress() if self.coordinator is not None else Progress()
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from launcher import __version__
 from launcher.errors import Terminated, UsageError, exit_of, own_failure
 from launcher.output.pipes import discard, flush_stdout
+from launcher.records.crash import crash_line, save_traceback
 from launcher.signals import catch
 
 if TYPE_CHECKING:
@@ -164,8 +165,6 @@ def _terminate(signum, _frame):
 def _thread_failed(args: threading.ExceptHookArgs) -> None:
     """A launcher thread's own failure (an output pump, a monitor's probe): one line, its
     traceback saved, never a traceback on the console."""
-    from launcher.records.crash import crash_line, save_traceback
-
     if args.exc_value is None or isinstance(args.exc_value, SystemExit):
         return
     name = args.thread.name if args.thread is not None else "a thread"
@@ -206,21 +205,19 @@ def _said(e: BaseException, reason: str) -> str:
     if isinstance(e, KeyboardInterrupt):
         return "interrupted"
     if own_failure(e):
-        from launcher.records.crash import crash_line, save_traceback
-
         return crash_line(e, save_traceback(e))
     return reason
 
 
 def run_cli(argv: list[str]) -> int:
     args, command = parse_args(argv)
-    from launcher import api
+    from launcher import api  # lazy: as in parse_args
 
     assert args.spec is not None        # SPEC is a required argument
     spec, backend = api.prepare(args.spec, command, local=args.local,
                                 inside_job=args.in_allocation)
     if args.detach and not args.in_allocation:
-        from launcher.commands.detach import detach
+        from launcher.commands.detach import detach  # lazy: --detach only
         return detach(spec, backend, command, args)
     if args.dry_run:
         plan = api.make_plan(spec, backend, command, run_id=args.run_id)

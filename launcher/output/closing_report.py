@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from launcher.ending import JobResult, summary
-from launcher.output.closing import Closing
+from launcher.ending import JobResult, TrainingView, own_evaluations, summary
+from launcher.output.closing import Closing, final_read
 from launcher.output.known_failures import known_of
 from launcher.output.metrics_table import metrics_table
 from launcher.output.summary import (
@@ -20,11 +20,27 @@ from launcher.output.summary import (
     verdict,
 )
 from launcher.signals import PREEMPTED
+from orchestrator.roles import TRAINERS
 
 if TYPE_CHECKING:
     from launcher.model_dir import ModelDir
     from launcher.output.console import Console
+    from launcher.plan import JobPlan
     from orchestrator.coordinator import Progress
+    from orchestrator.decisions import TaskState
+
+
+def last_read(result: JobResult, plan: JobPlan, epochs: int | None, seen: Progress,
+              tasks: list[TaskState]) -> Closing:
+    """model_dir read once more after every task ended (``seen``: the coordinator's last
+    view; ``tasks``: the job's snapshot, whose own evaluations count)."""
+    closing = final_read(plan.storage.reader(), plan.max_steps,
+                         any(t.type == "evaluator" for t in plan.tasks), epochs,
+                         [t.log for t in result.tasks if t.type in TRAINERS], plan.model_dir,
+                         result.training_finished, seen.evaluated_step)
+    closing.evaluated_step = own_evaluations(
+        TrainingView(evaluated_step=closing.evaluated_step), tasks).evaluated_step
+    return closing
 
 
 def preempted_at(notice: dict[str, Any], seen: Progress, closing: Closing,

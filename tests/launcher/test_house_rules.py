@@ -128,8 +128,8 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
     "launcher.output": (
         "what a person sees: console, live view, progress line, closing lines, summary and "
         "task rows, metrics table, a failed task's traceback, the dry run",
-        ("launcher.ending", "launcher.gpus", "launcher.model_dir", "launcher.signals",
-         f"{_O}.checkpoints",
+        ("launcher.ending", "launcher.gpus", "launcher.model_dir", "launcher.plan",
+         "launcher.signals", f"{_O}.checkpoints",
          f"{_O}.coordinator", f"{_O}.decisions", f"{_O}.evaluated", f"{_O}.metrics_file",
          f"{_O}.roles", f"{_O}.sharding")),
     "launcher.records": (
