@@ -129,7 +129,7 @@ PHASES = [
     ("launcher.gpus", "place", "GPU probe"),
     ("launcher.backends.storage_check", "preflight_model_dir", "pre-checks"),
     ("launcher.api:Run", "_take_lease", "lease"),
-    ("launcher.api:Run", "_release", "lease"),
+    ("launcher.records.lease:Lease", "release", "lease"),
     ("launcher.backends.watchdog:Watchdog", "__init__", "watchdog"),
     ("launcher.backends.watchdog:Watchdog", "close", "watchdog"),
     ("launcher.tasks:Tasks", "start_all", "tasks' start (queued)"),

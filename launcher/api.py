@@ -1,16 +1,8 @@
-"""The Python API: ``launcher.run(spec)`` runs a job in the calling process and returns its
-result; ``launcher.dry_run(spec)`` shows the plan. ``launch`` (launcher/cli.py) is a thin
-layer over these two. Bad input raises launcher.errors.UsageError (SpecError,
-PreflightError) with the same one-line message the CLI prints; nothing is started then.
-
-    >>> import launcher
-    >>> result = launcher.run("cluster_specs/estimator.json", max_steps=300)
-    >>> result.status, result.final_step
-    (0, 300)
-    >>> [(t["task"], t["exit"]) for t in result.tasks]
-    [('ps:0', 'stopped (SIGTERM)'), ('chief:0', '0'), ...]
-
-The composition root: the backend, the plan, the monitors and the job loop are built here.
+"""The Python API (docs/python.md): ``launcher.run(spec)`` runs a job in the calling
+process and returns its result; ``launcher.dry_run(spec)`` shows the plan; ``launch``
+(launcher/cli.py) is a thin layer over both. Bad input raises launcher.errors.UsageError with
+the line the CLI prints; nothing is started then. The composition root: the backend, the
+plan, the monitors and the job loop are built here (``Run``), and nowhere else.
 """
 
 from __future__ import annotations
@@ -200,7 +192,7 @@ def run(spec: SpecLike, command: list[str] | None = None, *, local: bool = False
         quiet: bool = False, run_dir: str | None = None, verbose: bool = False,
         retrain: bool = False, force: bool = False, console: Console | None = None,
         **overrides: Any) -> RunResult:
-    """Run the job in this process until it ends; see the module docstring."""
+    """Run the job in this process until it ends (docs/python.md)."""
     prepared, backend = prepare(spec, command, local=local, overrides=overrides)
     path = os.fspath(spec) if isinstance(spec, (str, os.PathLike)) else None
     options = RunOptions(spec=path, local=local, quiet=quiet, verbose=verbose,
@@ -301,35 +293,40 @@ class Run:
                    RunLog(os.path.join(run_dir, "events.jsonl"), state), state, console)
 
     def attach(self) -> RunResult:
-        """Run the job until it ends; the state's verdict, the lease released (kept by a
-        requeued run), the MLflow run ended, whatever happens."""
+        """Run the job until it ends; then, whatever happens, state.json's end, the lease
+        released (a requeued run keeps it) and the MLflow run's end."""
         try:
             result = self._execute()
         except BaseException as e:
             status, reason = exit_of(e)
-            requeued = status > 128 and engine.requeued(self.backend)
-            self._release(requeued)
-            crashed = own_failure(e)
-            if crashed:     # the launcher's own bug: one line, the traceback in run_dir
+            if own_failure(e):     # the launcher's bug: one line, the traceback in run_dir
                 reason = crash_line(e, save_traceback(e, self.run_dir))
-            self.state.finish(status, reason, None, requeued=requeued)
+            self._finish(status, reason, status > 128 and engine.requeued(self.backend))
             self._end_tracking(status, reason)
-            if crashed:
+            if own_failure(e):
                 raise LauncherFailed(reason) from e
             raise
-        summary = {"status": result.status, "reason": result.reason,
-                   "duration": result.duration,
-                   "tasks": [{k: v for k, v in r.items() if k != "status"}
-                             for r in result.tasks],
-                   **({"preemption": result.preemption} if result.preemption else {})}
         with held(signal.SIGTERM):      # a requeue signals this very batch step: record it
             requeued = (result.status > 128 and engine.requeued(self.backend)) or \
                 (result.status == PREEMPTED and engine.requeue(self.backend))
-            self._release(requeued)
-            self.state.finish(result.status, result.reason, summary if result.tasks else None,
-                              requeued=requeued, step=result.final_step)
+            self._finish(result.status, result.reason, requeued, result)
         self._end_tracking(result.status, result.reason)
         return result
+
+    def _finish(self, status: int, reason: str, requeued: bool,
+                result: RunResult | None = None) -> None:
+        """state.json's end, the lease released first (a requeued run keeps it)."""
+        summary = {"status": status, "reason": reason, "duration": result.duration,
+                   "tasks": [{k: v for k, v in r.items() if k != "status"}
+                             for r in result.tasks],
+                   **({"preemption": result.preemption} if result.preemption else {})
+                   } if result is not None and result.tasks else None
+        if self.lease is not None:
+            self.lease.release(keep=requeued)
+            with contextlib.suppress(OSError):
+                self.state.update(lease={**self.lease.describe(), "held": requeued})
+        self.state.finish(status, reason, summary, requeued=requeued,
+                          step=result.final_step if result is not None else None)
 
     def _execute(self) -> RunResult:
         """Preflight, run (new ports and again when a task lost its port to a race), then
@@ -460,13 +457,6 @@ class Run:
         lease.start_heartbeat(on_lost=lost)
         self.state.update(lease=lease.describe())
         return lease
-
-    def _release(self, requeued: bool) -> None:
-        """Release the lease (a requeued run keeps it: it comes back under the same id)."""
-        if self.lease is not None:
-            self.lease.release(keep=requeued)
-            with contextlib.suppress(OSError):
-                self.state.update(lease={**self.lease.describe(), "held": requeued})
 
     def _start_tracking(self) -> None:
         """The run's MLflow tracker (launcher/tracking/), when tracking is on: an observer
