@@ -98,7 +98,9 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
         "`launch evaluate`: an exported model scored on a data file",
         (f"{_O}.binary_metrics",)),
     "orchestrator": ("the package (never imports launcher/)", ()),
-    "launcher.errors": ("`UsageError`, `SpecError`, `PreflightError`: one line, exit 2", ()),
+    "launcher.errors": (
+        "`UsageError`, `SpecError`, `PreflightError`: one line, exit 2; `exit_of`: the one "
+        "map from how the launcher ended to its exit status", ()),
     "launcher.signals": ("which signals stop a run", ()),
     "launcher.redact": ("secrets masked in environments", ()),
     "launcher.expand": ("`$(VAR)` in a task's arguments", ()),
@@ -174,7 +176,7 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
          "launcher.redact", "launcher.spec", f"{_O}.tfformats")),
     "launcher.api": (
         "the composition root: `launcher.run()`, `dry_run()`; builds the backend, the plan,"
-        " the monitors, the job loop",
+        " the monitors, the job loop; one `Run` (open, attach, close); the dry run's data",
         ("launcher.backends", "launcher.ending", "launcher.errors", "launcher.gpus",
          "launcher.job", "launcher.model_dir", "launcher.monitors", "launcher.output",
          "launcher.plan", "launcher.records", "launcher.signals",
