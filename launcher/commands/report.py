@@ -81,7 +81,10 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     data = load_run(args.run_dir, args.model_dir)
     out = args.out or args.run_dir
-    os.makedirs(out, exist_ok=True)
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:    # a file there, no permission: bad input, nothing written
+        raise UsageError(f"--out {out}: cannot make the directory: {e.strerror or e}") from None
     png = render_png(data)
     png_path = os.path.join(out, PNG_NAME)
     if png is not None:

@@ -76,13 +76,8 @@ def evaluation_of(result: JobResult, closing: Closing) -> str:
 def script_ended(tasks: list[TaskState]) -> bool:
     """Whether the user's script ended training itself: its primary task (chief, else
     master, else worker 0) exited 0 without being stopped."""
-    from orchestrator.roles import PRIMARY_ORDER
-
-    for type_ in PRIMARY_ORDER:
-        primary = next((t for t in tasks if t.name == f"{type_}:0"), None)
-        if primary is not None:
-            return primary.status == 0 and not primary.stopped
-    return False
+    primary = primary_task(tasks)
+    return primary is not None and primary.status == 0 and not primary.stopped
 
 
 def ended_words(status: int) -> str:

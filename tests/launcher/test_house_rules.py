@@ -168,7 +168,7 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
     "launcher.tensorboard": (
         "TensorBoard with the run: a process the launcher owns, beside the chief or on this "
         "machine, outside the verdict",
-        ("launcher.backends", "launcher.plan")),
+        ("launcher.backends", "launcher.plan", f"{_O}.roles")),
     "launcher.tracking": (
         "every run in MLflow: the target (spec and environment), MLflow's REST API, what is "
         "new in model_dir, the tracker thread fed by the run's events",
