@@ -98,25 +98,29 @@ def is_exit_map(fn: ast.AST) -> bool:
 
 
 def backends_figures(root: Path) -> list[tuple[str, str]]:
-    files = list(python_files(root, "launcher/backends"))
-    biggest = max(files, key=lines)
+    biggest = max(python_files(root, "launcher/backends"), key=lines, default=None)
     ssh = root / "launcher/backends/ssh.py"
-    cls_path, cls = max(classes(root, None, "launcher/backends"), key=lambda pc: span(pc[1]))
+    biggest_class = max(classes(root, None, "launcher/backends"), key=lambda pc: span(pc[1]),
+                        default=None)
     news = [f for _, t in trees(root, "launcher/backends") for f in ast.walk(t)
             if isinstance(f, ast.FunctionDef) and f.name == "__new__"]
     words = sorted(module_name(root, p) for p, t in trees(root, "launcher", "orchestrator")
                    if module_name(root, p) not in REMOTE_PROGRAMS
                    and not module_name(root, p).startswith("launcher.backends.agent")
                    and names_from(root, p, t) & set(REMOTE_PROGRAMS))
+    if biggest_class is None:
+        cls_text = ABSENT
+    else:
+        cls_path, cls = biggest_class
+        cls_text = (f"{cls.name}: {span(cls)} lines / {len(methods(cls))} methods "
+                    f"({cls_path.relative_to(root)})")
     return [
         ("biggest file in launcher/backends/",
-         f"{lines(biggest)} lines ({biggest.relative_to(root)})"),
+         f"{lines(biggest)} lines ({biggest.relative_to(root)})" if biggest else ABSENT),
         ("launcher/backends/ssh.py", f"{lines(ssh)} lines" if ssh.exists() else ABSENT),
         ("modules taking names (words) from the remote program",
          f"{len(words)}" + (f" ({', '.join(words)})" if words else "")),
-        ("biggest class in launcher/backends/",
-         f"{cls.name}: {span(cls)} lines / {len(methods(cls))} methods "
-         f"({cls_path.relative_to(root)})"),
+        ("biggest class in launcher/backends/", cls_text),
         ("__new__ in launcher/backends/", str(len(news))),
     ]
 
@@ -173,10 +177,10 @@ def house_rules(root: Path) -> list[tuple[str, str]]:
     try:
         from radon.complexity import cc_visit
 
-        worst = max((b.complexity, f"{p.relative_to(root)}:{b.lineno} {b.name}")
-                    for p in python_files(root, "launcher", "orchestrator")
-                    for b in cc_visit(p.read_text(encoding="utf-8")))
-        complexity = f"{worst[0]} ({worst[1]})"
+        worst = max(((b.complexity, f"{p.relative_to(root)}:{b.lineno} {b.name}")
+                     for p in python_files(root, "launcher", "orchestrator")
+                     for b in cc_visit(p.read_text(encoding="utf-8"))), default=None)
+        complexity = f"{worst[0]} ({worst[1]})" if worst else ABSENT
     except ImportError:
         complexity = "radon not installed"
     out = [("modules at launcher/'s top (__init__.py included)", str(top)),
