@@ -128,7 +128,7 @@ PHASES = [
     ("launcher.backends.local:LocalBackend", "preflight", "pre-checks"),
     ("launcher.gpus", "place", "GPU probe"),
     ("launcher.backends.storage_check", "preflight_model_dir", "pre-checks"),
-    ("launcher.api:Run", "_take_lease", "lease"),
+    ("launcher.records.run_record:RunRecord", "take_lease", "lease"),
     ("launcher.records.lease:Lease", "release", "lease"),
     ("launcher.backends.watchdog:Watchdog", "__init__", "watchdog"),
     ("launcher.backends.watchdog:Watchdog", "close", "watchdog"),

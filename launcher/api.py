@@ -7,7 +7,6 @@ plan, the monitors and the job loop are built here (``Run``), and nowhere else.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import signal
@@ -26,9 +25,9 @@ from launcher.output.dry_run import DryRun, dry_run_text
 from launcher.plan import build_plan, reservation
 from launcher.records import lease as leases
 from launcher.records.crash import crash_line, save_traceback
-from launcher.records.plan_file import PlanFile, public_plan
-from launcher.records.registry import CANCEL_FILE, RunLog, open_state, runs_root, write_json_atomic
-from launcher.records.unwritten import Unwritten
+from launcher.records.plan_file import public_plan
+from launcher.records.registry import CANCEL_FILE, open_state, runs_root, write_json_atomic
+from launcher.records.run_record import RunRecord
 from launcher.signals import PREEMPTED, held
 
 if TYPE_CHECKING:
@@ -38,12 +37,10 @@ if TYPE_CHECKING:
     from launcher.monitors import Watch
     from launcher.output.console import Console
     from launcher.plan import JobPlan
-    from launcher.records.lease import Holder, Lease
-    from launcher.records.registry import RunState
     from launcher.spec import Spec
     from launcher.tracking.target import Target
     from launcher.tracking.tracker import Tracker
-    from orchestrator.coordinator import Coordinator, Progress
+    from orchestrator.coordinator import Coordinator
 
     SpecLike = Union[str, "os.PathLike[str]", dict[str, Any], Spec]
 
@@ -73,9 +70,8 @@ class RunOptions:
 
 @dataclass
 class RunResult:
-    """What ``launcher.run`` returns: the launcher's exit status (0 succeeded, 1 failed,
-    75 preempted, 128+N interrupted by signal N), why, one row per task, where the run's
-    files are, and the step of the newest complete checkpoint."""
+    """What ``launcher.run`` returns: the exit status (0, 1 failed, 75 preempted, 128+N
+    signal N), why, a row per task, the run's files, the newest complete checkpoint's step."""
 
     status: int
     reason: str
@@ -129,10 +125,9 @@ def resolve_spec(spec: SpecLike, overrides: dict[str, Any] | None = None) -> Spe
 
 
 def _backend(spec: Spec, local: bool, inside_job: bool = False) -> Backend:
-    """The spec's backend (``--local``: the local one, the spec's hosts remapped to this
-    machine) built from its options, then told what the job asks of it
-    (``Backend.accept``): it never sees the spec. ``inside_job``: the launcher runs inside
-    the engine's job (a detached Slurm run's batch script)."""
+    """The spec's backend (``--local``: the local one, hosts remapped here), built from its
+    options, told what the job asks (``accept``): it never sees the spec. ``inside_job``:
+    the launcher runs inside the engine's job (a detached Slurm run's batch script)."""
     name = "local" if local else spec.backend
     for section, raw in spec.backend_options.items():
         backend_class(section).validate_options(raw, section)
@@ -181,8 +176,7 @@ def tracking_target(spec: Spec) -> Target | None:
 def dry_run(spec: SpecLike, command: list[str] | None = None, *, local: bool = False,
             as_json: bool = False, every: bool = True, **overrides: Any) -> str:
     """Every task's address, TF_CONFIG, environment and expanded command; starts nothing.
-    ``every=False``: above 16 tasks, the first task of each role in full and every
-    address, as ``launch --dry-run`` prints it."""
+    ``every=False``: above 16 tasks, as ``launch --dry-run`` (docs/console.md)."""
     spec, backend = prepare(spec, command, local=local, overrides=overrides)
     return render_dry_run(make_plan(spec, backend, command), backend, as_json=as_json,
                           every=every)
@@ -217,8 +211,8 @@ def start(spec: Spec, backend: Backend, command: list[str] | None, options: RunO
 
 
 def check_lease(spec: Spec, options: RunOptions) -> None:
-    """Refuse at once (exit 2) when a live run holds model_dir's lease: before an
-    allocation is asked for or a daemon started (launcher/records/lease.py)."""
+    """Exit 2 at once when a live run holds model_dir's lease: before an allocation is
+    asked for or a daemon started."""
     leases.check(resolve_model_dir(spec.model_dir, spec.workdir, spec.env), options.run_id,
                  options.force, holds=engine_holds)
 
@@ -237,9 +231,8 @@ def make_plan(spec: Spec, backend: Backend, command: list[str] | None,
 
 def render_dry_run(plan: JobPlan, backend: Backend, as_json: bool = False,
                    extra: str | None = None, every: bool = False) -> str:
-    """The plan as --dry-run prints it (launcher/output/dry_run.py), gathered here: the
-    plan's public data, the lease, the GPUs, the backend's own text (``extra``, else its
-    ``describe``)."""
+    """The plan as --dry-run prints it (launcher/output/dry_run.py), gathered here; the
+    backend's own text: ``extra``, else its ``describe``."""
     view = DryRun(public_plan(plan), backend.name,
                   leases.dry_run_line(plan.storage, plan.run_id, holds=engine_holds),
                   describe(gpu_machines(backend, plan), isinstance(backend, PlacesGpus)),
@@ -256,7 +249,7 @@ def default_run_dir(spec: Spec, run_id: str, root: str | None = None) -> str:
 
 @dataclass
 class Run:
-    """One run the launcher executes attached, its state in the run registry: ``open``,
+    """One run the launcher executes attached: ``open`` (its directory's records),
     ``attach`` (the job until it ends), ``close`` (its closing summary)."""
 
     spec: Spec
@@ -264,11 +257,8 @@ class Run:
     plan: JobPlan
     command: list[str] | None
     options: RunOptions
-    run_dir: str
-    events: RunLog              # the run's events.jsonl
-    state: RunState             # its state.json
+    record: RunRecord           # state.json, events.jsonl, plan.json, model_dir's lease
     console: Console
-    lease: Lease | None = None          # model_dir's, once taken
     tracker: Tracker | None = None      # the MLflow tracker, when tracking is on
     coordinator: Coordinator | None = None  # the job's, once ``watch`` built it
 
@@ -276,8 +266,7 @@ class Run:
     def open(cls, spec: Spec, backend: Backend, plan: JobPlan, command: list[str] | None,
              options: RunOptions, on_running: Callable[[dict[str, Any]], None] | None = None,
              console: Console | None = None) -> Run:
-        """The run's directory and state; ``on_running(state)`` is called once every task
-        started."""
+        """The run's directory and state; ``on_running(state)``: once every task started."""
         run_dir = options.run_dir or default_run_dir(spec, plan.run_id, options.root)
         os.makedirs(run_dir, exist_ok=True)
         state = open_state(run_dir, plan, options, backend=backend.name,
@@ -289,8 +278,8 @@ class Run:
             from launcher.output.terminal import make_console
 
             console = make_console(quiet=options.quiet, verbose=options.verbose)
-        return cls(spec, backend, plan, command, options, run_dir,
-                   RunLog(os.path.join(run_dir, "events.jsonl"), state), state, console)
+        return cls(spec, backend, plan, command, options,
+                   RunRecord(run_dir, state, console.info), console)
 
     def attach(self) -> RunResult:
         """Run the job until it ends; then, whatever happens, state.json's end, the lease
@@ -300,50 +289,34 @@ class Run:
         except BaseException as e:
             status, reason = exit_of(e)
             if own_failure(e):     # the launcher's bug: one line, the traceback in run_dir
-                reason = crash_line(e, save_traceback(e, self.run_dir))
-            self._finish(status, reason, status > 128 and engine.requeued(self.backend))
+                reason = crash_line(e, save_traceback(e, self.record.run_dir))
+            self.record.finish(status, reason, status > 128 and engine.requeued(self.backend))
             self._end_tracking(status, reason)
             if own_failure(e):
                 raise LauncherFailed(reason) from e
             raise
+        summary = {"status": result.status, "reason": result.reason, "duration": result.duration,
+                   "tasks": [{k: v for k, v in r.items() if k != "status"} for r in result.tasks],
+                   **({"preemption": result.preemption} if result.preemption else {})}
         with held(signal.SIGTERM):      # a requeue signals this very batch step: record it
             requeued = (result.status > 128 and engine.requeued(self.backend)) or \
                 (result.status == PREEMPTED and engine.requeue(self.backend))
-            self._finish(result.status, result.reason, requeued, result)
+            self.record.finish(result.status, result.reason, requeued,
+                               summary if result.tasks else None, result.final_step)
         self._end_tracking(result.status, result.reason)
         return result
 
-    def _finish(self, status: int, reason: str, requeued: bool,
-                result: RunResult | None = None) -> None:
-        """state.json's end, the lease released first (a requeued run keeps it)."""
-        summary = {"status": status, "reason": reason, "duration": result.duration,
-                   "tasks": [{k: v for k, v in r.items() if k != "status"}
-                             for r in result.tasks],
-                   **({"preemption": result.preemption} if result.preemption else {})
-                   } if result is not None and result.tasks else None
-        if self.lease is not None:
-            self.lease.release(keep=requeued)
-            with contextlib.suppress(OSError):
-                self.state.update(lease={**self.lease.describe(), "held": requeued})
-        self.state.finish(status, reason, summary, requeued=requeued,
-                          step=result.final_step if result is not None else None)
-
     def _execute(self) -> RunResult:
-        """Preflight, run (new ports and again when a task lost its port to a race), then
-        the closing summary; the backend is closed whatever happens."""
+        """Preflight, the job (again, on new ports, after a port lost to a race), the
+        closing summary; the backend closed whatever happens."""
         # lazy: run-only, off --dry-run and --detach's submission (bench/lazy_imports.py)
         from launcher.backends.storage_check import preflight_model_dir
         from launcher.job import Job, PortConflict
         from launcher.tensorboard import with_run
 
-        spec, backend, plan, command, run_dir = self.spec, self.backend, self.plan, \
-            self.command, self.run_dir
-        events, state, console = self.events, self.state, self.console
-        unwritten = Unwritten(console.info)     # what a full or vanished run_dir did not get
-        events.on_error = partial(unwritten.failed, "events.jsonl")
-        state.on_error = partial(unwritten.failed, "state.json")
-        board = None
-        record: PlanFile | None = None
+        backend, plan, console, record = self.backend, self.plan, self.console, self.record
+        run_dir, events, state = record.run_dir, record.events, record.state
+        board = plans = None
         try:
             plan.run_dir = run_dir
             backend.preflight(plan)
@@ -353,10 +326,12 @@ class Run:
             if preflight_model_dir(plan, backend, self.options.retrain, console, events):
                 return RunResult(0, "model_dir already holds a checkpoint at max_steps",
                                  run_dir, run_id=plan.run_id)
-            self.lease = self._take_lease()
+            record.take_lease(plan.storage, plan.run_id, self.options.force,
+                              backend=backend.name, handle=engine.run_handle(backend),
+                              holds=engine_holds)
             self._start_tracking()
-            record = PlanFile(run_dir, plan, on_error=partial(unwritten.failed, "plan.json"))
-            state.on_running = _then(record.write, state.on_running)
+            plans = record.plan_file(plan)
+            state.on_running = _then(plans.write, state.on_running)
             board = with_run(plan, backend, run_dir, console,
                              lambda doc: state.update(tensorboard=doc))
             if board is not None:       # started once every task runs, outside the job
@@ -364,7 +339,7 @@ class Run:
             for attempt in range(MAX_PORT_RETRIES + 1):
                 self.coordinator = None
                 job = Job(plan, backend, run_dir, console, events=events, watch=self.watch,
-                          unwritten=unwritten, cancelled=partial(cancelled, run_dir))
+                          unwritten=record.unwritten, cancelled=partial(cancelled, run_dir))
                 state.attach(job.snapshot)
                 try:
                     result = job.run()
@@ -374,33 +349,35 @@ class Run:
                         raise
                     console.info(f"{e}; picking new ports and starting again")
                     events.write("port_conflict", message=str(e))
-                    plan = self.plan = make_plan(spec, backend, command, run_id=plan.run_id)
-                    record.replan(plan)
+                    plan = self.plan = make_plan(self.spec, backend, self.command,
+                                                 run_id=plan.run_id)
+                    plans.replan(plan)
         finally:
-            if record is not None:
-                record.write()      # a job that ended before every task started
+            if plans is not None:
+                plans.write()       # a job that ended before every task started
             if board is not None:      # stopped with the tasks, before the backend closes
                 board.stop()
             console.close()
             backend.close()
-        return self.close(result, job, unwritten)
+        return self.close(result, job)
 
-    def close(self, result: JobResult, job: Job, unwritten: Unwritten) -> RunResult:
-        """The closing summary of a job that ran (launcher/output/closing_report.py) after
-        one last read of model_dir; summary.json."""
+    def close(self, result: JobResult, job: Job) -> RunResult:
+        """The closing summary (launcher/output/closing_report.py) and summary.json."""
         # lazy: run-only (bench/lazy_imports.py)
         from launcher.output.closing_report import last_read, report, settle
+        from orchestrator.coordinator import Progress
 
-        plan, run_dir, console = self.plan, self.run_dir, self.console
+        plan, console, run_dir, unwritten = self.plan, self.console, self.record.run_dir, \
+            self.record.unwritten
         result.unwritten = unwritten.lines()   # the pumps have drained every task by now
         unwritten.job_over = True
-        seen = self.progress()
+        seen = self.coordinator.progress() if self.coordinator else Progress()  # empty: never ran
         closing = last_read(result, plan, self.spec.epochs, seen, job.snapshot())
         shown = console.steps.newest()
         short = settle(result, closing, seen, shown.step if shown else None)
         if short:
             result = dataclasses.replace(result, status=1, reason=short)
-            self.events.write("verdict", status=1, reason=short)
+            self.record.events.write("verdict", status=1, reason=short)
         rows, doc = report(result, closing, plan.storage, console, run_dir)
         try:
             write_json_atomic(os.path.join(run_dir, "summary.json"), doc)
@@ -412,11 +389,9 @@ class Run:
                          round(result.duration, 3), plan.run_id, result.preemption)
 
     def watch(self) -> Watch:
-        """What watches the job (launcher.monitors.Watch), built when the job loop calls,
-        once its tasks started (reading model_dir is not on the way to their start): the
-        coordinator over model_dir, the whole-job deadline (``timeouts.job``) and, where
-        the backend reaches the tasks, the liveness probe of their TF servers (also the
-        job's readiness)."""
+        """The job's monitors (launcher.monitors.Watch), built when the job loop calls once
+        its tasks started: the coordinator over model_dir, the deadline (``timeouts.job``)
+        and, where the backend reaches the tasks, the liveness probe (also the readiness)."""
         # lazy: run-only (bench/lazy_imports.py)
         from launcher.monitors import Watch
         from launcher.monitors.coordinator import CoordinatorMonitor
@@ -424,63 +399,39 @@ class Run:
         from launcher.monitors.liveness import liveness_monitor
         from orchestrator.coordinator import Coordinator
 
-        plan, t = self.plan, self.plan.timeouts
+        plan, t, events = self.plan, self.plan.timeouts, self.record.events
         self.coordinator = Coordinator(plan.storage.url, max_steps=plan.max_steps,
                                        poll=t["poll"], stall=t["stall"], startup=t["start"],
                                        reader=plan.storage.reader())
-        liveness = liveness_monitor(plan, self.backend, self.events)
-        adapter = CoordinatorMonitor(self.coordinator, self.console, self.events,
+        liveness = liveness_monitor(plan, self.backend, events)
+        adapter = CoordinatorMonitor(self.coordinator, self.console, events,
                                      not_answering=liveness.not_answering if liveness else None,
                                      evaluator_timeout=t["evaluator"],
-                                     on_progress=self.events.state.record_progress)
+                                     on_progress=events.state.record_progress)
         return Watch([adapter, *deadline_monitor(t), *([liveness] if liveness else [])],
                      readiness=liveness, training=adapter.training_view)
 
-    def progress(self) -> Progress:
-        """The coordinator's last view of model_dir (an empty one if it never ran)."""
-        from orchestrator.coordinator import Progress  # lazy: run-only, as in ``watch``
-
-        return self.coordinator.progress() if self.coordinator is not None else Progress()
-
-    def _take_lease(self) -> Lease:
-        """model_dir's lease for this run, heartbeat running (launcher/records/lease.py); a
-        run that loses it to a --force says so."""
-        def lost(holder: Holder) -> None:
-            self.console.info(f"the model_dir lease was taken by run {holder.run_id} on "
-                              f"{holder.host} (--force): two runs now write model_dir")
-            self.events.write("lease_lost", run_id=holder.run_id, host=holder.host)
-
-        lease = leases.acquire(self.plan.storage, self.plan.run_id, self.run_dir,
-                               self.options.force, warn=self.console.info,
-                               backend=self.backend.name,
-                               handle=engine.run_handle(self.backend), holds=engine_holds)
-        lease.start_heartbeat(on_lost=lost)
-        self.state.update(lease=lease.describe())
-        return lease
-
     def _start_tracking(self) -> None:
-        """The run's MLflow tracker (launcher/tracking/), when tracking is on: an observer
-        of the run's events (queued from now on) on a thread of its own, started once
-        every task runs (its imports and requests are not on the way to their start)."""
+        """The run's MLflow tracker (launcher/tracking/), when tracking is on: observes the
+        run's events on a thread of its own, started once every task runs."""
         target = tracking_target(self.spec)
         if target is None:
             return
         from launcher.tracking.tracker import Tracker  # lazy: as ``tracking_target``
 
-        state = self.state
+        state = self.record.state
         fresh = self.options.retrain and not state.doc.get("attempt")
-        self.tracker = Tracker(target, self.spec, self.plan, self.run_dir,
+        self.tracker = Tracker(target, self.spec, self.plan, self.record.run_dir,
                                command=self.command, fresh=fresh, info=self.console.info,
                                record=lambda doc: state.update(tracking=doc),
                                progress=lambda: state.doc.get("progress"))
-        self.events.observers.append(self.tracker.on_event)
-        state.on_running = _then(self.tracker.start, state.on_running)  # every task runs
+        self.record.events.observers.append(self.tracker.on_event)
+        state.on_running = _then(self.tracker.start, state.on_running)
 
     def _end_tracking(self, status: int, reason: str) -> None:
-        """The verdict, the artifacts and the MLflow run's status, once state.json and
-        summary.json are final (at most tracker.FINISH_WAIT s)."""
+        """The MLflow run's end, once state.json and summary.json are final."""
         if self.tracker is not None:
-            self.tracker.finish(status, str(self.state.doc.get("state")), reason,
+            self.tracker.finish(status, str(self.record.state.doc.get("state")), reason,
                                 self.options.spec)
 
 

@@ -136,7 +136,8 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
          f"{_O}.roles", f"{_O}.sharding")),
     "launcher.records": (
         "what a run leaves on disk: events, state.json per run (the registry), model_dir's "
-        "lease, what the run directory could not take, the launcher's own failure, plan.json",
+        "lease, what the run directory could not take, the launcher's own failure, plan.json; "
+        "`RunRecord`: an attached run's directory as it goes",
         ("launcher.errors", "launcher.output", "launcher.plan", "launcher.redact",
          "launcher.signals", f"{_O}.decisions")),
     "launcher.backends": (
@@ -180,8 +181,7 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("launcher.backends", "launcher.ending", "launcher.errors", "launcher.gpus",
          "launcher.job", "launcher.model_dir", "launcher.monitors", "launcher.output",
          "launcher.plan", "launcher.records", "launcher.signals",
-         "launcher.spec", "launcher.tensorboard", "launcher.tracking", f"{_O}.coordinator",
-         f"{_O}.roles")),
+         "launcher.spec", "launcher.tensorboard", "launcher.tracking", f"{_O}.coordinator")),
     "launcher": ("the package: `launcher.run`, `launcher.dry_run`", ("launcher.api",)),
     "launcher.commands": (
         "the commands besides running a job: `launch list/status/logs/cancel` (through the "
