@@ -124,18 +124,18 @@ PHASES = [
     ("launcher.records.registry", "open_state", "state writes"),
     ("launcher.records.registry:RunState", "attach", "state writes"),
     ("launcher.records.registry:RunState", "finish", "state writes"),
-    ("launcher.api", "write_plan", "state writes"),
+    ("launcher.records.plan_file", "write_plan", "state writes"),
     ("launcher.backends.local:LocalBackend", "preflight", "pre-checks"),
     ("launcher.gpus", "place", "GPU probe"),
     ("launcher.backends.storage_check", "preflight_model_dir", "pre-checks"),
-    ("launcher.api", "_take_lease", "lease"),
-    ("launcher.api", "_release", "lease"),
+    ("launcher.records.run_record:RunRecord", "take_lease", "lease"),
+    ("launcher.records.lease:Lease", "release", "lease"),
     ("launcher.backends.watchdog:Watchdog", "__init__", "watchdog"),
     ("launcher.backends.watchdog:Watchdog", "close", "watchdog"),
     ("launcher.tasks:Tasks", "start_all", "tasks' start (queued)"),
-    ("launcher.api:JobWatch", "__call__", "monitors built"),
+    ("launcher.api:Run", "watch", "monitors built"),
     ("launcher.job:Job", "run", "job loop"),
-    ("launcher.api", "_close", "closing lines"),
+    ("launcher.api:Run", "close", "closing lines"),
 ]
 
 

@@ -18,12 +18,13 @@ import threading
 from typing import TYPE_CHECKING
 
 from launcher import __version__
-from launcher.errors import LauncherFailed, Terminated, UsageError
+from launcher.errors import Terminated, UsageError, exit_of, own_failure
 from launcher.output.pipes import discard, flush_stdout
+from launcher.records.crash import crash_line, save_traceback
 from launcher.signals import catch
 
 if TYPE_CHECKING:
-    from launcher.api import LaunchOptions
+    from launcher.api import RunOptions
 
 SUBCOMMANDS = {
     "report": "launcher.commands.report",
@@ -104,7 +105,7 @@ def split_command(argv: list[str]) -> tuple[list[str], list[str] | None]:
     return argv, None
 
 
-def parse_args(argv: list[str]) -> tuple[LaunchOptions, list[str] | None]:
+def parse_args(argv: list[str]) -> tuple[RunOptions, list[str] | None]:
     options, command = split_command(argv)
     ns = _parser().parse_args(options)
     if command is not None and not command:
@@ -113,9 +114,10 @@ def parse_args(argv: list[str]) -> tuple[LaunchOptions, list[str] | None]:
         raise UsageError("--json goes with --dry-run")
     if ns.all and not ns.dry_run:
         raise UsageError("--all goes with --dry-run")
-    from launcher.api import LaunchOptions  # after --help: it loads neither api nor rich
+    # lazy: `launch --help` loads neither the API nor rich (tests/launcher/test_startup.py)
+    from launcher.api import RunOptions
 
-    args = LaunchOptions(
+    args = RunOptions(
         spec=ns.spec, local=ns.local, quiet=ns.quiet, verbose=ns.verbose, run_dir=ns.run_dir,
         retrain=ns.retrain, run_id=ns.run_id, detach=ns.detach, force=ns.force,
         root=ns.root, dry_run=ns.dry_run, json=ns.json, every=ns.all,
@@ -163,8 +165,6 @@ def _terminate(signum, _frame):
 def _thread_failed(args: threading.ExceptHookArgs) -> None:
     """A launcher thread's own failure (an output pump, a monitor's probe): one line, its
     traceback saved, never a traceback on the console."""
-    from launcher.records.crash import crash_line, save_traceback
-
     if args.exc_value is None or isinstance(args.exc_value, SystemExit):
         return
     name = args.thread.name if args.thread is not None else "a thread"
@@ -189,37 +189,35 @@ def _guard(fn) -> int:
     except BrokenPipeError:     # `launch ... | head`: the reader had what it wanted
         discard()
         return 0
-    except UsageError as e:
+    except (Exception, KeyboardInterrupt) as e:     # launcher.errors.exit_of's status
+        status, reason = exit_of(e)
+        print(f"launch: {_said(e, reason)}", file=sys.stderr)
+        return status
+
+
+def _said(e: BaseException, reason: str) -> str:
+    """The line that ends ``launch`` by ``e``: bad input's words; the launcher's own bug in
+    one line, its traceback kept (launcher/records/crash.py)."""
+    if isinstance(e, UsageError):
         from launcher.backends.remote_bootstrap import shown
 
-        text = "\n".join(shown(line) for line in str(e).split("\n"))
-        print(f"launch: error: {text}", file=sys.stderr)
-        return e.exit_status
-    except KeyboardInterrupt:
-        print("launch: interrupted", file=sys.stderr)
-        return 130
-    except Terminated as e:
-        print(f"launch: interrupted by {signal.Signals(e.args[0]).name}", file=sys.stderr)
-        return 128 + e.args[0]
-    except LauncherFailed as e:
-        print(f"launch: {e}", file=sys.stderr)
-        return 1
-    except Exception as e:      # a bug of the launcher's own: one line, the traceback kept
-        from launcher.records.crash import crash_line, save_traceback
-
-        print(f"launch: {crash_line(e, save_traceback(e))}", file=sys.stderr)
-        return 1
+        return "error: " + "\n".join(shown(line) for line in reason.split("\n"))
+    if isinstance(e, KeyboardInterrupt):
+        return "interrupted"
+    if own_failure(e):
+        return crash_line(e, save_traceback(e))
+    return reason
 
 
 def run_cli(argv: list[str]) -> int:
     args, command = parse_args(argv)
-    from launcher import api
+    from launcher import api  # lazy: as in parse_args
 
     assert args.spec is not None        # SPEC is a required argument
     spec, backend = api.prepare(args.spec, command, local=args.local,
                                 inside_job=args.in_allocation)
     if args.detach and not args.in_allocation:
-        from launcher.commands.detach import detach
+        from launcher.commands.detach import detach  # lazy: --detach only
         return detach(spec, backend, command, args)
     if args.dry_run:
         plan = api.make_plan(spec, backend, command, run_id=args.run_id)

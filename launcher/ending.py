@@ -69,7 +69,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.decisions import TaskState
 from orchestrator.preemption import NOTHING_TO_SAVE
-from orchestrator.roles import names_text
+from orchestrator.roles import names_text, primary_task
 
 if TYPE_CHECKING:
     from launcher.spec import Timeouts
@@ -205,7 +205,7 @@ def _workers_after_primary(now: float, tasks: list[TaskState], trainers: list[Ta
                            synchronous: bool, estimator: bool) -> EndStep | None:
     """Asynchronous training: once the primary saved and exited 0, the other trainers add
     nothing to the model (Estimator's workers after a grace, unless still starting)."""
-    primary = _primary(tasks)
+    primary = primary_task(tasks)
     asynchronous = not synchronous and any(t.type == "ps" for t in tasks)
     if not (asynchronous and primary is not None and not primary.running
             and primary.status == 0):
@@ -370,14 +370,6 @@ def _moving(training: TrainingView, trainers: int) -> bool:
     if training.latest_step is None or training.max_steps is None:
         return False
     return training.latest_step > training.max_steps + OVERSHOOT_PER_TRAINER * trainers
-
-
-def _primary(tasks: list[TaskState]) -> TaskState | None:
-    for type_ in TRAINERS:
-        found = sorted((t for t in tasks if t.type == type_), key=lambda t: t.name)
-        if found:
-            return found[0]
-    return None
 
 
 def _names(tasks: list[TaskState]) -> tuple[str, ...]:

@@ -32,7 +32,7 @@ from launcher.spec import (
 )
 from orchestrator import preemption
 from orchestrator.policies import RestartPolicy
-from orchestrator.roles import in_start_order
+from orchestrator.roles import host_port, in_start_order
 from orchestrator.steps import derive_max_steps, keras_fit_steps
 
 
@@ -235,11 +235,6 @@ def grace_period(timeouts: Timeouts) -> int | None:
     if not timeouts.preempt:
         return None
     return int(math.ceil(timeouts.preempt + timeouts.kill))
-
-
-def host_port(host: str, port: int) -> str:
-    """'host:port', an IPv6 host in brackets."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def keras_env(spec: Spec, shard: int | None, cluster: dict[str, list[str]]

@@ -35,7 +35,7 @@ from launcher.plan import TaskPlan
 from launcher.records.events import EventLog
 from launcher.records.unwritten import Unwritten
 from orchestrator.decisions import TaskState, state_words
-from orchestrator.roles import PRIMARY_ORDER
+from orchestrator.roles import primary_task
 
 TAIL_LINES = 20
 EXITING_GRACE = 1.0     # s a task dying of its own error gets before it is stopped
@@ -195,11 +195,10 @@ class Tasks:
 
     @property
     def primary(self) -> TaskRun:
-        for type_ in PRIMARY_ORDER:
-            run = self.run_of(type_, 0)
-            if run is not None:
-                return run
-        raise ValueError("plan has no trainer")
+        run = primary_task(self.runs)
+        if run is None:
+            raise ValueError("plan has no trainer")
+        return run
 
     def live(self) -> list[TaskRun]:
         return [r for r in self.runs if r.running]

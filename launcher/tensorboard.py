@@ -24,6 +24,7 @@ import time
 from typing import Any, Callable
 
 from launcher.plan import JobPlan, TaskPlan
+from orchestrator.roles import primary_task
 
 NOT_INSTALLED = 127
 LOCAL_HOSTS = ("localhost", "127.0.0.1")
@@ -275,8 +276,8 @@ def with_run(plan: JobPlan, backend: Any, run_dir: str, console: Any,
     launcher does."""
     if plan.tensorboard is None:
         return None
-    primary = next((t for t in plan.tasks if t.type in ("chief", "master")), None) or \
-        next(t for t in plan.tasks if t.type == "worker")
+    primary = primary_task(plan.tasks)
+    assert primary is not None      # a plan has a trainer
     python = python_of(primary.command)
     if backend.serves_beside_tasks:
         runner, own, host = backend, False, primary.host

@@ -260,6 +260,7 @@ def _serve_on(env: dict[str, str] | os._Environ[str]) -> bool:
 
 
 def _answers(address: str) -> bool:
+    # orchestrator.roles.split_address, inlined: this module is loaded by its path, alone
     host, _, port = address.rpartition(":")
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=1):

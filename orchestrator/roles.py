@@ -1,4 +1,5 @@
-"""TensorFlow's roles, defined once: job names, who trains, the start order, the primary.
+"""TensorFlow's roles, defined once: job names, who trains, the start order, the primary
+task, a task's address in TF_CONFIG.
 
 Plain data, no launcher import: the spec parser, the plan, the backends, the job loop and
 the coordinator all take their roles from here.
@@ -6,8 +7,8 @@ the coordinator all take their roles from here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TypeVar
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Protocol, TypeVar
 
 JOB_NAMES = ("chief", "master", "worker", "ps")   # what TF_CONFIG["cluster"] may hold
 ROLES = JOB_NAMES + ("evaluator",)                 # the evaluator stays outside the cluster
@@ -16,6 +17,33 @@ START_ORDER = ("ps", "chief", "master", "worker", "evaluator")
 PRIMARY_ORDER = ("chief", "master", "worker")      # whose exit 0 means "training finished"
 
 T = TypeVar("T")
+
+
+class Named(Protocol):
+    @property
+    def name(self) -> str: ...      # "chief:0"
+
+
+N = TypeVar("N", bound=Named)
+
+
+def primary_task(tasks: Iterable[N]) -> N | None:
+    """The primary task: chief:0, else master:0, else worker:0 (whose exit 0 means
+    "training finished"; TensorBoard runs beside it); None without a trainer."""
+    by_name = {t.name: t for t in tasks}
+    return next((by_name[f"{job}:0"] for job in PRIMARY_ORDER if f"{job}:0" in by_name), None)
+
+
+def host_port(host: str, port: int) -> str:
+    """'host:port' as TF_CONFIG gives an address, an IPv6 host in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """("host", port) of "host:port" or "[v6]:port" (``host_port``'s inverse); ValueError
+    when the port is not a number."""
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
 
 
 def in_start_order(cluster: Mapping[str, Sequence[T]],

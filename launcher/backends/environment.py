@@ -12,6 +12,7 @@ import tempfile
 
 from launcher.backends.remote_bootstrap import environment_problems, program_problem, shown
 from launcher.errors import PreflightError
+from orchestrator.roles import primary_task
 
 # protocol: (a module its driver needs, what to install when that module is missing)
 _S3 = ("s3fs", "pip install 'tfcluster[s3]' (s3fs)")
@@ -83,18 +84,12 @@ def check_item(task, plan, hint: str = "") -> dict:
     follows a missing script's line."""
     model_dir = plan.model_dir if "://" in plan.model_dir and \
         not plan.model_dir.startswith("file://") else None
-    board = plan.tensorboard is not None and task is _primary(plan.tasks)
+    board = plan.tensorboard is not None and task is primary_task(plan.tasks)
     return {"task": task.name, "program": task.command[0], "cwd": task.cwd,
             "path": task.env.get("PATH"), "port": None if task.auto_port else task.port,
             "argv": task.command, "model_dir": model_dir, "tensorboard": board, "hint": hint,
             "keras": getattr(plan, "keras", None) if task.type in ("chief", "worker") else None,
             "env": {k: v for k, v in task.env.items() if not k.startswith(NOT_FOR_THE_CHECK)}}
-
-
-def _primary(tasks):
-    """The task TensorBoard runs beside (launcher/tensorboard.py: the chief's host)."""
-    return next((t for t in tasks if t.type in ("chief", "master")), None) or \
-        next((t for t in tasks if t.type == "worker"), None)
 
 
 def check_local_programs(tasks, plan=None) -> None:

@@ -319,7 +319,7 @@ def keras_steps_note(plan: JobPlan, console: Console, events: EventLog) -> None:
 
 def preflight_model_dir(plan: JobPlan, backend: Backend, retrain: bool, console: Console,
                         events: EventLog) -> bool:
-    """The checks, as ``launcher.api.execute`` runs them; True: do not start (exit 0)."""
+    """The checks, as ``launcher.api.Run`` runs them; True: do not start (exit 0)."""
     keras_steps_note(plan, console, events)
     if already_trained(plan, retrain, console, events):
         return True

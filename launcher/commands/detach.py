@@ -24,7 +24,7 @@ from launcher.backends.engine import Submits
 from launcher.errors import UsageError
 
 if TYPE_CHECKING:
-    from launcher.api import LaunchOptions, RunOptions
+    from launcher.api import RunOptions
     from launcher.backends.base import Backend
     from launcher.plan import JobPlan
     from launcher.spec import Spec
@@ -64,7 +64,7 @@ def follow_commands(run_id: str, run_dir: str, root: str | None = None) -> list[
 
 
 def detach(spec: Spec, backend: Backend, command: list[str] | None,
-           args: LaunchOptions) -> int:
+           args: RunOptions) -> int:
     from launcher.api import check_lease, default_run_dir, make_plan, render_dry_run
 
     if not args.dry_run:
@@ -90,7 +90,7 @@ def detach(spec: Spec, backend: Backend, command: list[str] | None,
 
 def _submit(spec: Spec, backend: Submits, name: str, plan: JobPlan, run_dir: str,
             relaunch: list[str], root: str | None) -> int:
-    from launcher.api import write_plan
+    from launcher.records.plan_file import write_plan
     from launcher.records.registry import RunState, link_run
 
     os.makedirs(run_dir, exist_ok=True)
@@ -174,10 +174,12 @@ def _become_daemon(spec: Spec, backend: Backend, plan: JobPlan, command: list[st
         def ready(_state: object) -> None:
             _say(pipe, f"ready {os.getpid()}")
 
-        from launcher.api import execute, exit_of
+        from launcher.api import Run
+        from launcher.errors import exit_of
 
         try:
-            status = execute(spec, backend, plan, command, args, on_running=ready).status
+            run = Run.open(spec, backend, plan, command, args, on_running=ready)
+            status = run.attach().status
         except BaseException as e:       # noqa: BLE001 - every end is reported
             status, reason = exit_of(e)
             print(f"launch: error: {reason}", file=sys.stderr)

@@ -40,7 +40,7 @@ from launcher.records.events import EventLog
 from orchestrator.checkpoints import STATE_FILE, CheckpointReader
 from orchestrator.coordinator import Coordinator, Progress
 from orchestrator.decisions import FINISH, Decision, TaskState
-from orchestrator.roles import PRIMARY_ORDER, TRAINERS
+from orchestrator.roles import TRAINERS, primary_task
 
 PROGRESS_EVERY = 5.0     # seconds between progress lines while something changes
 PROGRESS_QUIET = 30.0    # ... and while nothing does
@@ -252,9 +252,7 @@ def nested_checkpoint(reader: CheckpointReader) -> str | None:
 
 def primary_exited_0(tasks: list[TaskState]) -> str | None:
     """The primary task (chief, else master, else worker 0) when it exited 0 by itself."""
-    for type_ in PRIMARY_ORDER:
-        primary = next((t for t in tasks if t.type == type_ and t.name.endswith(":0")), None)
-        if primary is not None:
-            done = not primary.alive and primary.exit_status == "0" and not primary.stopped
-            return primary.name if done else None
-    return None
+    primary = primary_task(tasks)
+    done = primary is not None and not primary.alive and primary.exit_status == "0" and \
+        not primary.stopped
+    return primary.name if primary is not None and done else None

@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from launcher.monitors.probe import PROBE_DEADLINE, Answer
+from orchestrator.roles import split_address
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 SETTINGS, PING, GOAWAY = 0x4, 0x6, 0x7
@@ -38,12 +39,6 @@ def frame(kind: int, payload: bytes = b"", flags: int = 0) -> bytes:
 
 
 GOODBYE = frame(GOAWAY, b"\0\0\0\0" + b"\0\0\0\0")     # last stream 0, NO_ERROR
-
-
-def split_address(address: str) -> tuple[str, int]:
-    """("host", port) of "host:port" or "[v6]:port"."""
-    host, _, port = address.rpartition(":")
-    return host.strip("[]"), int(port)
 
 
 Sockaddr = tuple[int, tuple]     # (family, sockaddr) as getaddrinfo gives them

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from launcher.signals import PREEMPTED
+from orchestrator.roles import primary_task
 
 if TYPE_CHECKING:
     from launcher.ending import JobResult
@@ -75,13 +76,8 @@ def evaluation_of(result: JobResult, closing: Closing) -> str:
 def script_ended(tasks: list[TaskState]) -> bool:
     """Whether the user's script ended training itself: its primary task (chief, else
     master, else worker 0) exited 0 without being stopped."""
-    from orchestrator.roles import PRIMARY_ORDER
-
-    for type_ in PRIMARY_ORDER:
-        primary = next((t for t in tasks if t.name == f"{type_}:0"), None)
-        if primary is not None:
-            return primary.status == 0 and not primary.stopped
-    return False
+    primary = primary_task(tasks)
+    return primary is not None and primary.status == 0 and not primary.stopped
 
 
 def ended_words(status: int) -> str:
@@ -119,7 +115,9 @@ def verdict(result: JobResult, closing: Closing) -> str | None:
         where = f"the newest complete checkpoint {ckpt.name} is short of max_steps " \
                 f"{closing.max_steps}"
     lost = unsaved_words(result.save_request, step)
-    return f"{SHORT}{where}, and {_primary_name(result.tasks)} did not exit 0 by itself" + (
+    primary = primary_task(result.tasks)
+    who = primary.name if primary is not None else "the primary task"
+    return f"{SHORT}{where}, and {who} did not exit 0 by itself" + (
         f": {lost}" if lost else "")
 
 
@@ -159,15 +157,6 @@ def unsaved_line(record: dict[str, Any] | None, closing: Closing) -> str | None:
         return None
     return f"not saved at max_steps: {lost} (the save request: {record.get('outcome')}); " \
            f"{ROUTE}"
-
-
-def _primary_name(tasks: list[TaskState]) -> str:
-    from orchestrator.roles import PRIMARY_ORDER
-
-    for type_ in PRIMARY_ORDER:
-        if any(t.type == type_ for t in tasks):
-            return f"{type_}:0"
-    return "the primary task"
 
 
 def training_of(result: JobResult) -> str:

@@ -1,3 +1,4 @@
 """What a run leaves on disk and reads back: its events (``events``), state.json per run
 (``registry``), model_dir's lease (``lease``), what the run directory could not take
-(``unwritten``) and the launcher's own failure (``crash``)."""
+(``unwritten``), the launcher's own failure (``crash``), plan.json (``plan_file``), and
+an attached run's directory as the run goes (``run_record``)."""

@@ -43,7 +43,8 @@ _O = "orchestrator"
 # a top-level module. Each room may import the rooms listed (always below it: no arrow
 # runs back up), and nothing else of the project.
 ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "orchestrator.roles": ("job names, trainers, start order, the primary task", ()),
+    "orchestrator.roles": (
+        "job names, trainers, start order, the primary task, a task's address", ()),
     "orchestrator.decisions": (
         "the decision vocabulary (`Action`, a `Literal` mypy checks: finish, fail, lost, "
         "restart, drop, ignore) and `TaskState`, the one task snapshot", ()),
@@ -97,7 +98,9 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
         "`launch evaluate`: an exported model scored on a data file",
         (f"{_O}.binary_metrics",)),
     "orchestrator": ("the package (never imports launcher/)", ()),
-    "launcher.errors": ("`UsageError`, `SpecError`, `PreflightError`: one line, exit 2", ()),
+    "launcher.errors": (
+        "`UsageError`, `SpecError`, `PreflightError`: one line, exit 2; `exit_of`: the one "
+        "map from how the launcher ended to its exit status", ()),
     "launcher.signals": ("which signals stop a run", ()),
     "launcher.redact": ("secrets masked in environments", ()),
     "launcher.expand": ("`$(VAR)` in a task's arguments", ()),
@@ -129,22 +132,24 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("launcher.errors", "launcher.plan", f"{_O}.roles")),
     "launcher.output": (
         "what a person sees: console, live view, progress line, closing lines, summary and "
-        "task rows, metrics table, how a failed task is shown",
-        ("launcher.ending", "launcher.gpus", "launcher.model_dir", "launcher.signals",
-         f"{_O}.checkpoints",
+        "task rows, metrics table, how a failed task is shown, the dry run",
+        ("launcher.ending", "launcher.gpus", "launcher.model_dir", "launcher.plan",
+         "launcher.signals", f"{_O}.checkpoints",
          f"{_O}.coordinator", f"{_O}.decisions", f"{_O}.evaluated", f"{_O}.metrics_file",
          f"{_O}.roles", f"{_O}.sharding")),
     "launcher.records": (
         "what a run leaves on disk: events, state.json per run (the registry), model_dir's "
-        "lease, what the run directory could not take, the launcher's own failure",
-        ("launcher.errors", "launcher.output", "launcher.signals", f"{_O}.decisions")),
+        "lease, what the run directory could not take, the launcher's own failure, plan.json; "
+        "`RunRecord`: an attached run's directory as it goes",
+        ("launcher.errors", "launcher.output", "launcher.plan", "launcher.redact",
+         "launcher.signals", f"{_O}.decisions")),
     "launcher.backends": (
         "the registry (one line per engine), the `Backend` interfaces, one module per engine "
         "(local, ssh, slurm, kubernetes, docker) and their helpers: processes, the remote "
         "bootstrap, the watchdog, the environment and shared-storage checks",
         ("launcher.checks", "launcher.errors", "launcher.gpus", "launcher.model_dir",
          "launcher.output", "launcher.plan", "launcher.records", "launcher.redact",
-         "launcher.spec", f"{_O}.policies")),
+         "launcher.spec", f"{_O}.policies", f"{_O}.roles")),
     "launcher.schema": (
         "the spec's JSON Schema (cluster_specs/schema.json) and docs/spec.md's field table, "
         "made from the declarations (the spec's, each backend's options)",
@@ -176,7 +181,7 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
     "launcher.tensorboard": (
         "TensorBoard with the run: a process the launcher owns, beside the chief or on this "
         "machine, outside the verdict",
-        ("launcher.backends", "launcher.plan")),
+        ("launcher.backends", "launcher.plan", f"{_O}.roles")),
     "launcher.tracking": (
         "every run in MLflow: the target (spec and environment), MLflow's REST API, what is "
         "new in model_dir, the tracker thread fed by the run's events",
@@ -184,12 +189,11 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
          "launcher.redact", "launcher.spec", f"{_O}.tfformats")),
     "launcher.api": (
         "the composition root: `launcher.run()`, `dry_run()`; builds the backend, the plan,"
-        " the monitors, the job loop",
+        " the monitors, the job loop; one `Run` (open, attach, close); the dry run's data",
         ("launcher.backends", "launcher.ending", "launcher.errors", "launcher.gpus",
          "launcher.job", "launcher.model_dir", "launcher.monitors", "launcher.output",
-         "launcher.plan", "launcher.records", "launcher.redact", "launcher.signals",
-         "launcher.spec", "launcher.tensorboard", "launcher.tracking", f"{_O}.coordinator",
-         f"{_O}.roles")),
+         "launcher.plan", "launcher.records", "launcher.signals",
+         "launcher.spec", "launcher.tensorboard", "launcher.tracking", f"{_O}.coordinator")),
     "launcher": ("the package: `launcher.run`, `launcher.dry_run`", ("launcher.api",)),
     "launcher.commands": (
         "the commands besides running a job: `launch list/status/logs/cancel` (through the "
