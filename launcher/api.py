@@ -401,12 +401,12 @@ class Run:
 
         plan, timeouts, events = self.plan, self.plan.timeouts, self.record.events
         self.coordinator = Coordinator(plan.storage.url, max_steps=plan.max_steps,
-                                       poll=timeouts["poll"], stall=timeouts["stall"],
-                                       startup=timeouts["start"], reader=plan.storage.reader())
+                                       poll=timeouts.poll, stall=timeouts.stall,
+                                       startup=timeouts.start, reader=plan.storage.reader())
         liveness = liveness_monitor(plan, self.backend, events)
         adapter = CoordinatorMonitor(self.coordinator, self.console, events,
                                      not_answering=liveness.not_answering if liveness else None,
-                                     evaluator_timeout=timeouts["evaluator"],
+                                     evaluator_timeout=timeouts.evaluator,
                                      on_progress=events.state.record_progress)
         return Watch([adapter, *deadline_monitor(timeouts), *([liveness] if liveness else [])],
                      readiness=liveness, training=adapter.training_view)
