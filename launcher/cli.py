@@ -38,7 +38,7 @@ SUBCOMMANDS = {
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):
-        from launcher.backends.remote_bootstrap import shown
+        from launcher.backends.agent.words import shown
 
         self.print_usage(sys.stderr)
         self.exit(2, f"{self.prog}: error: {shown(message)}\n")
@@ -190,7 +190,7 @@ def _guard(fn) -> int:
         discard()
         return 0
     except UsageError as e:
-        from launcher.backends.remote_bootstrap import shown
+        from launcher.backends.agent.words import shown
 
         text = "\n".join(shown(line) for line in str(e).split("\n"))
         print(f"launch: error: {text}", file=sys.stderr)
