@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from launcher.backends.agent.probes import run_probe
-from launcher.backends.agent.tasks import spawn
+from launcher.backends.agent.tasks import spawn, start_message
 from launcher.backends.agent.words import refused_status, start_failure_line
 from launcher.backends.base import (
     Backend,
@@ -127,7 +127,7 @@ class LocalBackend(PlacesGpus, Backend):
         the launcher; the watchdog covers what it did)."""
         watchdog = self._watch()
         try:
-            proc = spawn(task.command, task.env, task.cwd, dies_with_agent=False)
+            proc = spawn(start_message(task, task.cwd), dies_with_agent=False)
         except OSError as e:        # the kernel refused the command (the pipe is closed)
             path = task.env.get("PATH", os.environ.get("PATH"))
             line = start_failure_line(task.name, task.command, e, task.cwd, path)

@@ -14,6 +14,7 @@ import signal
 
 from launcher.backends.agent.entry import NODE_STUB as NODE_STUB
 from launcher.backends.agent.reader import AgentHandle, AgentLink
+from launcher.backends.agent.tasks import start_message
 from launcher.plan import TaskPlan
 
 STDERR_TAIL = 20        # lines of the step's own stderr kept for a task it takes down
@@ -41,9 +42,8 @@ class NodeStep(AgentLink):
 
     def start(self, task: TaskPlan, env: dict[str, str]) -> AgentHandle:
         """``task`` in this step (a handle that has ended when the step has)."""
-        return self.run(task, {"task": task.name, "argv": list(task.command), "env": env,
-                               "cwd": task.cwd or None, "host": task.host, "grace": GRACE},
-                        key=f"{task.name}#{next(self._starts)}")
+        return self.run(task, dict(start_message(task, task.cwd or None, env), host=task.host,
+                                   grace=GRACE), key=f"{task.name}#{next(self._starts)}")
 
     def close(self) -> None:
         """End of the agent's stdin: it stops what still runs (TERM, then KILL) and ends."""

@@ -23,6 +23,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from launcher import gpus
+from launcher.backends.agent.tasks import start_message
 from launcher.backends.base import Backend, PlacesGpus, ProbeResult, TaskHandle
 from launcher.backends.ssh_check import HostChecks
 from launcher.backends.ssh_copy import WorkdirCopy
@@ -154,9 +155,9 @@ class SSHBackend(PlacesGpus, Backend):
             return None
         return gpus.machines_by_host(plan, self._checks.gpu_answers)
 
-    def _description(self, task: TaskPlan, argv: list[str]) -> dict:
-        return {"task": task.name, "argv": argv, "env": task.env, "cwd": self.remote_cwd(task),
-                "grace": self.timeouts.get("kill", 5.0), "silence": self.silence}
+    def _description(self, task: TaskPlan) -> dict:
+        return dict(start_message(task, self.remote_cwd(task)),
+                    grace=self.timeouts.get("kill", 5.0), silence=self.silence)
 
     @property
     def silence(self) -> float:
@@ -190,7 +191,7 @@ class SSHBackend(PlacesGpus, Backend):
             session = self._session(task)
             with self._lock:
                 self._hosts[task.host] = session
-        handle = session.run(task, self._description(task, task.command))
+        handle = session.run(task, self._description(task))
         with self._lock:
             if self._heart is None:
                 self._heart = threading.Thread(target=self._beat, name="ssh-heartbeat",

@@ -287,7 +287,7 @@ def run_probe(argv, env, cwd, timeout):
     """Run a short command to its end (or its timeout), started as a task is (``spawn``):
     (its status, its output). A command that cannot start: the shell's status (127, 126)."""
     try:
-        child = spawn(argv, env, cwd, dies_with_agent=False)
+        child = spawn({"argv": argv, "env": env, "cwd": cwd}, dies_with_agent=False)
     except OSError as e:
         return refused_status(e), str(e)
     try:

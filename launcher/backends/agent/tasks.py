@@ -42,15 +42,26 @@ def group_alive(pgid):
     return True
 
 
-def spawn(argv, env, cwd, dies_with_agent=True):
-    """Start a task's process, or a probe's: the one place that does it, on every host and
-    for the local backend. This process's environment plus ``env``, in ``cwd``, in a
-    session of its own, its stdout and stderr into one pipe; ``dies_with_agent``: SIGTERM
-    when this process dies (a preexec function: the local backend goes without, its
-    watchdog covers its tasks and a start stays a vfork). OSError when it cannot start (a
-    missing ``cwd`` too)."""
+def start_message(task, cwd, env=None):
+    """What ``spawn`` needs to start ``task`` (a TaskPlan, in the launcher): its name,
+    argv, environment (``env``: another than the plan's) and working directory. The local
+    backend, the ssh session and the Slurm node step all start a task from it, so a value
+    passed to a task's process is added here and in ``spawn``, once."""
+    return {"task": task.name, "argv": list(task.command),
+            "env": dict(task.env if env is None else env), "cwd": cwd}
+
+
+def spawn(desc, dies_with_agent=True):
+    """Start a task's process, or a probe's (``desc``: ``argv``, ``env``, ``cwd``, as
+    ``start_message`` makes it): the one place that does it, on every host and for the
+    local backend. This process's environment plus ``env``, in ``cwd``, in a session of its
+    own, its stdout and stderr into one pipe; ``dies_with_agent``: SIGTERM when this process
+    dies (a preexec function: the local backend goes without, its watchdog covers its
+    tasks and a start stays a vfork). OSError when it cannot start (a missing ``cwd``
+    too)."""
+    argv, cwd = desc["argv"], desc.get("cwd") or None
     full = dict(os.environ)
-    full.update(env)
+    full.update(desc.get("env") or {})
     if cwd and not os.path.isdir(cwd):
         raise FileNotFoundError(2, "No such file or directory", cwd)
     return subprocess.Popen(argv, env=full, cwd=cwd, stdin=subprocess.DEVNULL,
@@ -81,7 +92,7 @@ class Tasks:
         try:
             if self.ending:
                 raise OSError("the launcher is gone")
-            child = spawn(argv, env, cwd)
+            child = spawn(desc)
         except OSError as e:
             line = start_failure_line(desc.get("task", "the task"), argv, e, cwd,
                                       env.get("PATH", os.environ.get("PATH")),
