@@ -35,12 +35,8 @@ def query_gpus(query, path):
     program = shutil.which(query[0], path=path)
     if program is None:
         return None
-    try:
-        done = subprocess.run([program] + query[1:], stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=20)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return {"status": 124, "output": str(e)}
-    return {"status": done.returncode, "output": done.stdout.decode("utf-8", "replace")[-65536:]}
+    status, output = run_probe([program] + query[1:], {}, None, 20)
+    return {"status": status, "output": output[-65536:]}
 
 
 def check(items, gpu_query=None, synced=None, sync=None):
@@ -267,18 +263,14 @@ def _ask_interpreter(python, ask, env, cwd):
     question on this host)."""
     key = json.dumps([python, ask, env, cwd], sort_keys=True)
     if key not in _ASKED:
-        full = dict(os.environ)
-        full.update(env)
-        full.pop("TF_CONFIG", None)
+        status, output = run_probe([python, "-c", ENVIRONMENT_PROBE, json.dumps(ask)],
+                                   dict(env, TF_CONFIG=None), cwd, 120)
+        lines = output.strip().splitlines()
         try:
-            done = subprocess.run([python, "-c", ENVIRONMENT_PROBE, json.dumps(ask)], env=full,
-                                  cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, timeout=120)
-            lines = done.stdout.decode("utf-8", "replace").strip().splitlines()
             _ASKED[key] = json.loads(lines[-1]) if lines and lines[-1].startswith("{") \
-                else {"error": "exit status " + str(done.returncode) + ": " +
+                else {"error": "exit status " + str(status) + ": " +
                       (lines[-1] if lines else "no output")}
-        except (OSError, subprocess.TimeoutExpired, ValueError) as e:
+        except ValueError as e:
             _ASKED[key] = {"error": str(e)}
     return _ASKED[key]
 

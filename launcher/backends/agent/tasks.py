@@ -57,11 +57,13 @@ def spawn(desc, dies_with_agent=True):
     local backend. This process's environment plus ``env``, in ``cwd``, in a session of its
     own, its stdout and stderr into one pipe; ``dies_with_agent``: SIGTERM when this process
     dies (a preexec function: the local backend goes without, its watchdog covers its
-    tasks and a start stays a vfork). OSError when it cannot start (a missing ``cwd``
-    too)."""
+    tasks and a start stays a vfork). A variable whose value is None is left out. OSError
+    when it cannot start (a missing ``cwd`` too)."""
     argv, cwd = desc["argv"], desc.get("cwd") or None
     full = dict(os.environ)
     full.update(desc.get("env") or {})
+    for name in [n for n, v in full.items() if v is None]:
+        del full[name]
     if cwd and not os.path.isdir(cwd):
         raise FileNotFoundError(2, "No such file or directory", cwd)
     return subprocess.Popen(argv, env=full, cwd=cwd, stdin=subprocess.DEVNULL,
