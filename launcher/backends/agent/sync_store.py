@@ -13,7 +13,7 @@ import time
 
 # AREA/objects/SHA256   each file's content once (0600), named by its hash
 # AREA/trees/TREE       a complete copy, named by the hash of its manifest; never changed
-# AREA/locks/TREE       held shared by every bootstrap whose tasks run in TREE
+# AREA/locks/TREE       held shared by every agent whose tasks run in TREE
 # AREA/manifests/TREE   the objects TREE uses (for collecting the unused ones)
 # AREA/incoming/PID-X   the launcher's tar of missing objects, before they are checked
 # AREA/tmp/TREE.PID-X   a copy being built; renamed into trees/ once complete
@@ -47,7 +47,7 @@ def _pid_alive(pid):
 
 
 def _sweep_scratch(root):
-    """Scratch folders of bootstraps that are gone (a killed launcher, a lost host)."""
+    """Scratch folders of agents that are gone (a killed launcher, a lost host)."""
     for sub in ("incoming", "tmp"):
         for name in os.listdir(os.path.join(root, sub)):
             pid = name.rsplit(".", 1)[-1].split("-")[0]
@@ -68,7 +68,7 @@ def drop_scratch():
 
 
 def _hold(root, tree):
-    """A shared lock on ``tree`` for as long as this bootstrap lives: the tree is in use
+    """A shared lock on ``tree`` for as long as this agent lives: the tree is in use
     and no collection removes it."""
     import fcntl
 
@@ -155,7 +155,7 @@ def sync_install(desc):
 
 
 def collect(root, keep=KEEP_TREES):
-    """Remove the trees beyond the ``keep`` newest that no bootstrap holds, then the objects
+    """Remove the trees beyond the ``keep`` newest that no agent holds, then the objects
     no kept tree uses."""
     import fcntl
 

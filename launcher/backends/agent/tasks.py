@@ -15,8 +15,8 @@ from launcher.backends.agent.wire import say, send_frame, send_json
 from launcher.backends.agent.words import refused_status, start_failure_line
 
 
-def die_with_bootstrap():
-    """A preexec function (Linux; else None): the task gets SIGTERM when the bootstrap
+def die_with_agent_fn():
+    """A preexec function (Linux; else None): the task gets SIGTERM when the agent
     itself is killed. libc is loaded here, before the fork."""
     try:
         import ctypes
@@ -69,7 +69,7 @@ def spawn(desc, dies_with_agent=True):
     return subprocess.Popen(argv, env=full, cwd=cwd, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True,
-                            preexec_fn=die_with_bootstrap() if dies_with_agent else None)
+                            preexec_fn=die_with_agent_fn() if dies_with_agent else None)
 
 
 class Tasks:
@@ -85,7 +85,7 @@ class Tasks:
         self.ending = False
 
     def start(self, desc):
-        """Start one task (on the main thread, which lives as long as the bootstrap: the
+        """Start one task (on the main thread, which lives as long as the agent: the
         task's parent-death signal follows the thread that started it)."""
         nonce, task_id = desc["nonce"], str(desc["run"])
         self.nonce = nonce
