@@ -39,7 +39,7 @@ SUBCOMMANDS = {
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):
-        from launcher.backends.remote_bootstrap import shown
+        from launcher.backends.agent.words import shown
 
         self.print_usage(sys.stderr)
         self.exit(2, f"{self.prog}: error: {shown(message)}\n")
@@ -199,7 +199,7 @@ def _said(e: BaseException, reason: str) -> str:
     """The line that ends ``launch`` by ``e``: bad input's words; the launcher's own bug in
     one line, its traceback kept (launcher/records/crash.py)."""
     if isinstance(e, UsageError):
-        from launcher.backends.remote_bootstrap import shown
+        from launcher.backends.agent.words import shown
 
         return "error: " + "\n".join(shown(line) for line in reason.split("\n"))
     if isinstance(e, KeyboardInterrupt):

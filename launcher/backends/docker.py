@@ -40,12 +40,13 @@ import time
 from collections.abc import Hashable
 from dataclasses import dataclass
 
+from launcher.backends.agent.probes import entry_script
+from launcher.backends.agent.words import refusal_in_words
 from launcher.backends.base import Backend, ExecWatch, PlacesGpus, ProbeResult, TaskHandle
 from launcher.backends.docker_gpus import docker_args, docker_runtime_problem
 from launcher.backends.environment import check_programs_by_probe
 from launcher.backends.options import option
 from launcher.backends.processes import dies_with_parent, free_port, port_taken, task_environ
-from launcher.backends.remote_bootstrap import entry_script, refusal_in_words
 from launcher.checks import Address
 from launcher.errors import PreflightError, SpecError
 from launcher.model_dir import ModelDir

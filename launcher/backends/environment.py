@@ -10,7 +10,8 @@ import json
 import os
 import tempfile
 
-from launcher.backends.remote_bootstrap import environment_problems, program_problem, shown
+from launcher.backends.agent.probes import environment_problems
+from launcher.backends.agent.words import program_problem, shown
 from launcher.errors import PreflightError
 from orchestrator.roles import primary_task
 
@@ -77,7 +78,7 @@ NOT_FOR_THE_CHECK = ("TF_CONFIG", "TFCLUSTER_")    # what differs from task to t
 
 
 def check_item(task, plan, hint: str = "") -> dict:
-    """What the environment check asks of ``task`` where it runs (remote_bootstrap.check):
+    """What the environment check asks of ``task`` where it runs (agent/probes.py, check):
     its directory, program, a port the spec gives, and its environment: the entry script,
     TensorFlow when that script imports it, a model_dir that is not a local path opened
     through TensorFlow, tensorboard for the chief where the spec asks for it. ``hint``
@@ -127,24 +128,22 @@ def _local_problem(task, path: str, item: dict | None) -> str | None:
 def check_programs_by_probe(plan, backend, group=lambda task: task.host,
                             place: str = "host") -> None:
     """As check_local_programs, where the tasks run: one probe per host (``backend.probe``,
-    with the first task's Python, environment and directory) runs the remote bootstrap's
+    with the first task's Python, environment and directory) runs the agent's
     check of every task's working directory, program and environment there. ``group``:
     what tasks one probe checks together, named ``place`` in the lines (Slurm: each node;
     Docker: every task, one image)."""
     import dataclasses
     from concurrent.futures import ThreadPoolExecutor
-    from pathlib import Path
 
-    from launcher.backends import remote_bootstrap
+    from launcher.backends import agent
     from launcher.backends.storage_check import probe_python
-
-    source = Path(remote_bootstrap.__file__).read_text(encoding="utf-8")
 
     hosts: dict[str, list] = {}
     for task in plan.tasks:
         hosts.setdefault(group(task), []).append(task)
     code = ("import json, sys\nns = {'__name__': 'tfcluster_check'}\n"
-            f"exec({source!r}, ns)\nns['check']('', json.loads(sys.argv[1]))\n")
+            f"exec({agent.source()!r}, ns)\n"
+            "print(json.dumps(ns['check'](json.loads(sys.argv[1]))))\n")
     timeout = plan.timeouts.get("start", 60.0)
 
     def run(tasks) -> list[tuple[str | None, str]]:

@@ -8,12 +8,15 @@ the run's TFCLUSTER_RUN_ID. A task that ends takes the rest of its process group
 from __future__ import annotations
 
 import dataclasses
+import os
 import socket
-import subprocess
 import threading
 from collections.abc import Iterable
 from typing import Any
 
+from launcher.backends.agent.probes import run_probe
+from launcher.backends.agent.tasks import spawn, start_message
+from launcher.backends.agent.words import refused_status, start_failure_line
 from launcher.backends.base import (
     Backend,
     NotStarted,
@@ -26,9 +29,7 @@ from launcher.backends.processes import (
     ProcessHandle,
     free_port,
     port_taken,
-    task_environ,
 )
-from launcher.backends.remote_bootstrap import refused_status, start_failure_line
 from launcher.backends.watchdog import Watchdog
 from launcher.checks import Address
 from launcher.errors import PreflightError
@@ -117,30 +118,19 @@ class LocalBackend(PlacesGpus, Backend):
         return free_port(self._ports)
 
     def probe(self, task: TaskPlan, argv: list[str], timeout: float) -> ProbeResult:
-        try:
-            done = subprocess.run(argv, env=task_environ(task), cwd=task.cwd,
-                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, timeout=timeout,
-                                  start_new_session=True)
-        except subprocess.TimeoutExpired:
-            return ProbeResult(124, f"timed out after {timeout:.0f}s")
-        except OSError as e:
-            return ProbeResult(127, str(e))
-        return ProbeResult(done.returncode, done.stdout.decode(errors="replace"))
+        """Started as a task is (the agent's ``spawn``), run to its end or its timeout."""
+        return ProbeResult(*run_probe(argv, task.env, task.cwd, timeout))
 
     def start(self, task: TaskPlan) -> TaskHandle:
-        """The task's command, exec'd straight from the launcher (vfork: no parent-death
-        wrapper, whose exec cost ~2 ms of CPU a task; the watchdog covers what it did)."""
+        """The task's command, started by the agent's ``spawn`` as on every host, exec'd
+        straight from the launcher (vfork: no parent-death function, which costs a fork of
+        the launcher; the watchdog covers what it did)."""
         watchdog = self._watch()
-        env = task_environ(task)
         try:
-            proc = subprocess.Popen(
-                task.command, env=env, cwd=task.cwd,
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+            proc = spawn(start_message(task, task.cwd), dies_with_agent=False)
         except OSError as e:        # the kernel refused the command (the pipe is closed)
-            line = start_failure_line(task.name, task.command, e, task.cwd, env.get("PATH"))
+            path = task.env.get("PATH", os.environ.get("PATH"))
+            line = start_failure_line(task.name, task.command, e, task.cwd, path)
             return NotStarted(task, line, refused_status(e))
         return ProcessHandle(task, proc, watchdog)
 

@@ -1,7 +1,7 @@
 """Process helpers shared by the backends that start local processes (local, slurm's
 srun steps, ssh's ssh clients): the task's environment, free ports, a process handle that
-signals the whole process group, and the parent-death signal. ``port_taken`` is the remote
-bootstrap's own (stdlib only, sent to remote hosts): one check of a port, here and there.
+signals the whole process group, and the parent-death signal. ``port_taken`` is the agent's
+own (launcher/backends/agent/probes.py): one check of a port, here and there.
 
 If the launcher dies, even by SIGKILL, what it started ends within seconds: a watchdog
 process (launcher/backends/watchdog.py) ends every registered process group and, for local
@@ -26,8 +26,8 @@ import socket
 import subprocess
 import sys
 
+from launcher.backends.agent.probes import port_taken as port_taken
 from launcher.backends.base import TaskHandle
-from launcher.backends.remote_bootstrap import port_taken as port_taken
 from launcher.backends.watchdog import Watchdog
 from launcher.plan import TaskPlan
 

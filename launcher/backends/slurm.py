@@ -34,14 +34,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from launcher.backends.agent.words import refusal_in_words
 from launcher.backends.base import Backend, ExecWatch, ProbeResult, TaskHandle
 from launcher.backends.engine import Follower, Submits
+from launcher.backends.node_step import NODE_STUB as STUB
 from launcher.backends.node_step import NodeStep
 from launcher.backends.options import option
 from launcher.backends.processes import ProcessHandle, dies_with_parent, free_port, task_environ
-from launcher.backends.remote_bootstrap import refusal_in_words
 from launcher.backends.slurm_gpus import StepDevices, reporting_step
-from launcher.backends.slurm_node import STUB
 from launcher.backends.storage_check import probe_python
 from launcher.backends.watchdog import Watchdog
 from launcher.checks import Address

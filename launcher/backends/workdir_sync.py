@@ -7,7 +7,8 @@ Left out: ``.git``, ``__pycache__``, virtual environments (a folder with ``pyven
 names (gitignore patterns). A symlink that points out of the folder, an unreadable file, or
 a folder above SIZE_LIMIT (unless forced) is refused with one line (PreflightError). The
 host's side (the object store, the atomic rename of a complete tree, the locks that keep a
-tree in use) is ``remote_bootstrap.sync_state`` / ``sync_install``.
+tree in use) is the agent's (launcher/backends/agent/sync_store.py); ssh's step that
+sends a host what it lacks is launcher/backends/ssh_copy.py.
 """
 
 from __future__ import annotations

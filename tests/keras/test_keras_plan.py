@@ -1,6 +1,6 @@
 """What the spec's ``keras`` route gives each task (launcher/plan.py's keras_env), the
 collective it makes of a Keras 3 JAX job, the environment check's words for a host that
-lacks the route's packages (remote_bootstrap.keras_problems), and Keras 3's own files
+lacks the route's packages (agent/probes.py, keras_problems), and Keras 3's own files
 read as checkpoints (orchestrator/checkpoints.py: optimizer iterations in the .h5)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import json
 import pytest
 
 from launcher.api import parse_spec
-from launcher.backends.remote_bootstrap import keras_problems
+from launcher.backends.agent.probes import keras_problems
 from launcher.plan import build_plan
 from launcher.restarts import RestartBook
 from orchestrator.checkpoints import CheckpointReader

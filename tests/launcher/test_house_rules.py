@@ -145,8 +145,9 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
          "launcher.signals", f"{_O}.decisions")),
     "launcher.backends": (
         "the registry (one line per engine), the `Backend` interfaces, one module per engine "
-        "(local, ssh, slurm, kubernetes, docker) and their helpers: processes, the remote "
-        "bootstrap, the watchdog, the environment and shared-storage checks",
+        "(local, ssh, slurm, kubernetes, docker) and their helpers: processes, the agent "
+        "(agent/: the one program sent to a host or a Slurm node, and its one reader), the "
+        "watchdog, the environment and shared-storage checks",
         ("launcher.checks", "launcher.errors", "launcher.gpus", "launcher.model_dir",
          "launcher.output", "launcher.plan", "launcher.records", "launcher.redact",
          "launcher.spec", f"{_O}.policies", f"{_O}.roles")),

@@ -21,7 +21,7 @@ import pytest
 from ssh_specs import write_spec
 from support import PY_TF215, REPO, launch_cmd, run_launch
 
-from launcher.backends.remote_bootstrap import STUB
+from launcher.backends.agent.entry import SSH_STUB as STUB
 
 JOBS = Path(__file__).resolve().parent / "jobs"
 SLEEPER = str(JOBS / "sleeper.py")

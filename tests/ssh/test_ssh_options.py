@@ -8,7 +8,7 @@ import shlex
 import pytest
 from support import run_launch
 
-from launcher.backends.remote_bootstrap import STUB
+from launcher.backends.agent.entry import SSH_STUB as STUB
 from launcher.backends.ssh import SSHBackend, explain_ssh_error, remote_command
 from launcher.errors import SpecError
 

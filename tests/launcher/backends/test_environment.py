@@ -114,7 +114,7 @@ def test_local_tensorboard_missing_for_the_chiefs_interpreter_is_named(tmp_path)
     (["bash", "t.py"], None), (["python"], None),
 ])
 def test_entry_script_of_a_python_command_line(argv, script):
-    from launcher.backends.remote_bootstrap import entry_script
+    from launcher.backends.agent.probes import entry_script
 
     assert entry_script(argv) == script
 
@@ -125,7 +125,7 @@ def test_a_model_dir_tensorflow_cannot_open_is_named_though_fsspec_could(tmp_pat
     launcher's fsspec opens s3:// where the task's TensorFlow cannot."""
     from support import PY_TF215
 
-    from launcher.backends.remote_bootstrap import environment_problems
+    from launcher.backends.agent.probes import environment_problems
 
     (tmp_path / "train.py").write_text("import tensorflow as tf\n")
     item = {"task": "chief:0", "program": PY_TF215, "argv": [PY_TF215, "train.py"],

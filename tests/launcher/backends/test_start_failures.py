@@ -2,7 +2,7 @@
 command and what the kernel said in words, never a traceback, and no file handle is left
 open. The words come from the real kernel's answer to exec; the local backend
 reports a refusal on its handle (Popen's error: it execs the task's command itself); the
-ssh bootstrap words it with the same function on the remote host.
+ssh agent words it with the same function on the remote host.
 What the preflight can tell from the file (no #! line, another architecture) is refused
 before anything starts."""
 
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from launcher.backends.agent.words import program_problem, start_failure_line
 from launcher.backends.local import LocalBackend
-from launcher.backends.remote_bootstrap import program_problem, start_failure_line
 from launcher.plan import TaskPlan
 
 
@@ -154,9 +154,9 @@ class Pieces:
 
 
 def test_a_wrappers_words_in_pieces_are_read_as_one_line():
+    from launcher.backends.agent.words import refusal_in_words
     from launcher.backends.base import ExecWatch, NotStarted
     from launcher.backends.docker import INIT_FAILED
-    from launcher.backends.remote_bootstrap import refusal_in_words
 
     t = task(["no-such-trainer"])
     handle = NotStarted(t, "", 127)

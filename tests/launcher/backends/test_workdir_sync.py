@@ -1,5 +1,5 @@
 """ssh.sync's two halves without ssh: the launcher's manifest (what is left out, symlinks,
-modes, the cache key) and the host's store (remote_bootstrap: a tree built whole or not at
+modes, the cache key) and the host's store (agent/sync_store.py: a tree built whole or not at
 all, never changed, old trees collected unless in use), joined here by a real ``tar``."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from support import REPO
 
-from launcher.backends import remote_bootstrap as host
+from launcher.backends.agent import sync_store as host
 from launcher.backends.workdir_sync import IgnoreRules, manifest, size_check, write_tar
 from launcher.errors import PreflightError
 
