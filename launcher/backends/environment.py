@@ -144,7 +144,7 @@ def check_programs_by_probe(plan, backend, group=lambda task: task.host,
     code = ("import json, sys\nns = {'__name__': 'tfcluster_check'}\n"
             f"exec({agent.source()!r}, ns)\n"
             "print(json.dumps(ns['check'](json.loads(sys.argv[1]))))\n")
-    timeout = plan.timeouts.get("start", 60.0)
+    timeout = plan.timeouts.start
 
     def run(tasks) -> list[tuple[str | None, str]]:
         items = [dict(check_item(t, plan), port=None) for t in tasks]

@@ -32,6 +32,7 @@ from launcher.backends.ssh_session import HostSession
 from launcher.backends.storage_check import probe_python
 from launcher.errors import PreflightError
 from launcher.plan import JobPlan, TaskPlan
+from launcher.spec import Timeouts
 
 __all__ = ["SSHBackend", "SSHOptions", "HostSession", "explain_ssh_error", "remote_command"]
 
@@ -54,7 +55,7 @@ class SSHBackend(PlacesGpus, Backend):
         super().__init__(options if options is not None else SSHOptions(), remap=remap,
                          inside_job=inside_job)
         self.options: SSHOptions
-        self.timeouts: dict[str, float] = {}        # the plan's, from preflight()
+        self.timeouts = Timeouts()        # the plan's, from preflight()
         self.openssh = OpenSSH(self.options)
         self._ports: set[tuple[str, int]] = set()
         self._random = random.SystemRandom()
@@ -87,7 +88,7 @@ class SSHBackend(PlacesGpus, Backend):
         session that checks each task's working directory, program and explicit port there.
         One error names every failed host. The sessions stay open: each then runs its
         host's storage probes and every task of the host."""
-        self.timeouts = dict(plan.timeouts)
+        self.timeouts = plan.timeouts
         self._check_local_files()
         self.preflight_notes = []
         if self.options.sync:
@@ -98,7 +99,7 @@ class SSHBackend(PlacesGpus, Backend):
         hosts: dict[str, list[TaskPlan]] = {}
         for task in plan.tasks:
             hosts.setdefault(task.host, []).append(task)
-        deadline = time.monotonic() + max(self.timeouts.get("start", 60.0),
+        deadline = time.monotonic() + max(self.timeouts.start,
                                           self.options.connect_timeout + 5)
         outcomes = list(CONNECT_POOL.map(lambda h: self._connect(h, hosts[h], deadline),
                                          list(hosts)))
@@ -157,14 +158,14 @@ class SSHBackend(PlacesGpus, Backend):
 
     def _description(self, task: TaskPlan) -> dict:
         return dict(start_message(task, self.remote_cwd(task)),
-                    grace=self.timeouts.get("kill", 5.0), silence=self.silence)
+                    grace=self.timeouts.kill, silence=self.silence)
 
     @property
     def silence(self) -> float:
         """Seconds without a heartbeat after which a host ends its task by itself: the
         launcher has declared it lost by then (``timeouts.unresponsive``), so a host cut
         off from the launcher leaves no orphan, even while the link stays down."""
-        return max(MIN_SILENCE, 3 * HEARTBEAT, self.timeouts.get("unresponsive") or 30.0)
+        return max(MIN_SILENCE, 3 * HEARTBEAT, self.timeouts.unresponsive or 30.0)
 
     def _beat(self) -> None:
         while not self._closed.wait(HEARTBEAT):
@@ -251,7 +252,7 @@ class SSHBackend(PlacesGpus, Backend):
             self._hosts, self._old = {}, []
         for session in sessions:
             session.close_stdin()
-        grace = self.timeouts.get("kill", 5.0) + 5
+        grace = self.timeouts.kill + 5
         list(CONNECT_POOL.map(lambda s: s.discard(grace), sessions))
         self.openssh.close(CONNECT_POOL.map)
 

@@ -203,7 +203,7 @@ def check_shared_storage(plan: JobPlan, backend: Backend, console: Console | Non
     probed = [members[0] for members in groups.values()]
     names = {t.name: f"{tag}-{t.type}-{t.index}" for t in probed}
     tokens = {t.name: _token() for t in probed}
-    timeout = plan.timeouts.get("start", 60.0)
+    timeout = plan.timeouts.start
 
     def run_probe(task: TaskPlan, mode: str) -> ProbeResult:
         argv = [probe_python(task.command), "-c", PROBE_SCRIPT, mode, plan.model_dir,
