@@ -49,7 +49,9 @@ from launcher.backends.slurm_follow import (
     job_nodes,
     job_state,
     node_addr,
+    restarts,
     run_slurm,
+    salloc,
     slurm_env,
     wait_ended,
 )
@@ -61,7 +63,6 @@ from launcher.checks import Address
 from launcher.errors import PreflightError
 from launcher.plan import JobPlan, Reservation, TaskPlan
 
-GRANTED = re.compile(r"job allocation (\d+)")
 # srun exits with 128+N when its task was killed by signal N (like a shell)
 # what slurmstepd says (through srun) when the task's exec failed on its node
 STEPD_EXEC_FAILED = re.compile(r"slurmstepd(?:-\S+)?: error: execve\(\): (?P<program>.+?): "
@@ -133,10 +134,8 @@ class SlurmBackend(Backend, EngineJob):
         self.watchdog: Watchdog | None = None
         self._plan_tasks: dict[str, TaskPlan] = {}      # the plan's, from preflight()
 
-    # ------------------------------------------------------------------ reservation
     def accept(self, reservation: Reservation) -> None:
-        """The allocation: one node per distinct host label (the chief's first), sized for
-        its busiest node."""
+        """The allocation asked for (launcher/backends/slurm_allocation.py)."""
         self.allocation = allocation_for(reservation, self.options)
 
     # ------------------------------------------------------------------ rendering
@@ -204,9 +203,8 @@ class SlurmBackend(Backend, EngineJob):
         """Slurm requeued the batch job this launcher runs in (preemption, ``scontrol
         requeue``): its restart count went up."""
         job = os.environ.get("SLURM_JOB_ID") if self.inside_job else None
-        done = run_slurm(["scontrol", "show", "job", "-o", job]) if job else None
-        m = re.search(r"\bRestarts=(\d+)", done.stdout) if done and done.returncode == 0 else None
-        return m is not None and int(m.group(1)) > self.attempt()
+        count = restarts(job) if job else None
+        return count is not None and count > self.attempt()
 
     def requeue(self) -> bool:
         """The warning signal before the time limit was a preemption notice (the chief
@@ -255,39 +253,17 @@ class SlurmBackend(Backend, EngineJob):
 
     def _allocate(self, argv: list[str]) -> str:
         """Run salloc; return the job id. On any interruption the pending job is cancelled."""
-        try:
-            proc = subprocess.Popen(argv, env=slurm_env(), stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                    text=True, start_new_session=True)
-        except FileNotFoundError:
-            raise PreflightError("salloc not found: the Slurm client commands must be on "
-                                 "PATH") from None
-        lines: list[str] = []
+        def granted(job_id: str) -> None:
+            if self.job_id is None:
+                self.job_id = job_id
+                if self.watchdog is not None:
+                    self.watchdog.at_exit(["scancel", job_id])
 
-        def read() -> None:
-            for line in proc.stderr or ():
-                lines.append(line.rstrip())
-                m = GRANTED.search(line)
-                if m and self.job_id is None:
-                    self.job_id = m.group(1)
-                    if self.watchdog is not None:
-                        self.watchdog.at_exit(["scancel", self.job_id])
-
-        if self.watchdog is not None:
-            self.watchdog.watch(proc.pid)      # a pending salloc ends with the launcher
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
         try:
-            status = proc.wait()
-            reader.join(timeout=5)
-            if self.watchdog is not None:
-                self.watchdog.forget(proc.pid)
+            status, lines = salloc(argv, self.watchdog, granted)
+        except PreflightError:
+            raise
         except BaseException:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
             self.close()
             raise
         if status != 0 or self.job_id is None:

@@ -1,20 +1,27 @@
-"""Slurm by the job's id: its state (squeue, sacct, ``scontrol show job``), its nodes, its
-cancel; and ``SlurmFollower``, which follows a run by its handle (``{"slurm_job": "12"}``)
-for ``launch status``, ``launch cancel`` and model_dir's lease."""
+"""Slurm's client commands by the job's id: its allocation (salloc), state (squeue, sacct,
+``scontrol show job``), nodes, restarts and cancel; and ``SlurmFollower``, which follows a
+run by its handle (``{"slurm_job": "12"}``) for ``launch status``, ``launch cancel`` and
+model_dir's lease."""
 
 from __future__ import annotations
 
 import os
 import re
 import subprocess
+import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from launcher.backends.engine import Follower
+from launcher.errors import PreflightError
+
+if TYPE_CHECKING:
+    from launcher.backends.watchdog import Watchdog
 
 CANCEL_WAIT = 120.0                # seconds for the launcher's teardown after `launch cancel`
 LIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "RESIZING",
                "REQUEUED", "SIGNALING", "STAGE_OUT")
+GRANTED = re.compile(r"job allocation (\d+)")
 
 
 def slurm_env() -> dict[str, str]:
@@ -44,6 +51,54 @@ def job_state(job_id: str) -> str:
     done = run_slurm(["scontrol", "show", "job", "-o", job_id])
     m = re.search(r"\bJobState=(\S+)", done.stdout) if done.returncode == 0 else None
     return m.group(1) if m else "GONE"
+
+
+def salloc(argv: list[str], watchdog: Watchdog | None,
+           granted: Callable[[str], None]) -> tuple[int, list[str]]:
+    """Run salloc to its end: (its exit status, its lines); ``granted(job_id)`` as soon as
+    it names the job. A pending salloc ends with the launcher (``watchdog``), and on any
+    interruption here (then raised on)."""
+    try:
+        proc = subprocess.Popen(argv, env=slurm_env(), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+    except FileNotFoundError:
+        raise PreflightError("salloc not found: the Slurm client commands must be on "
+                             "PATH") from None
+    lines: list[str] = []
+
+    def read() -> None:
+        for line in proc.stderr or ():
+            lines.append(line.rstrip())
+            m = GRANTED.search(line)
+            if m:
+                granted(m.group(1))
+
+    if watchdog is not None:
+        watchdog.watch(proc.pid)
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        status = proc.wait()
+        reader.join(timeout=5)
+        if watchdog is not None:
+            watchdog.forget(proc.pid)
+    except BaseException:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        raise
+    return status, lines
+
+
+def restarts(job_id: str) -> int | None:
+    """How many times Slurm requeued the job (``scontrol show job``'s Restarts); None when
+    it cannot tell."""
+    done = run_slurm(["scontrol", "show", "job", "-o", job_id])
+    m = re.search(r"\bRestarts=(\d+)", done.stdout) if done.returncode == 0 else None
+    return int(m.group(1)) if m else None
 
 
 def job_nodes(job_id: str) -> list[str]:
