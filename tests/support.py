@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -95,6 +96,29 @@ def wait_gone(predicate=tfcluster_tasks, timeout: float = 10.0) -> list[psutil.P
         time.sleep(0.1)
         left = predicate()
     return left
+
+
+def nothing_left_on(bed: str, leftovers: Callable[[Any], dict[str, Any]],
+                    clear: Callable[[Any, dict[str, Any]], None]) -> Callable:
+    """The autouse fixture of a machine-wide bed (the session fixture named ``bed``: the
+    Docker engine, the SSH hosts, the Slurm cluster): it fails a test that used the bed and
+    left something on it, then clears it. ``leftovers(bed)``: what is still there, by kind,
+    once what is ending had its time to go; ``clear(bed, left)`` removes it."""
+    import pytest
+
+    @pytest.fixture(autouse=True, name=f"nothing_left_on_{bed}")
+    def nothing_left(request):
+        yield
+        if bed not in request.fixturenames:
+            return
+        used = request.getfixturevalue(bed)
+        left = {kind: found for kind, found in leftovers(used).items() if found}
+        if left:
+            clear(used, left)
+            pytest.fail(f"left on the {bed} after the test: "
+                        + "; ".join(f"{kind} {found}" for kind, found in left.items()))
+
+    return nothing_left
 
 
 def launch_cmd(*args: str) -> list[str]:

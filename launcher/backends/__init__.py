@@ -1,30 +1,49 @@
-"""The backend registry: one module each, one line here. ``register`` adds one at run time
-(a test-only backend, a plug-in)."""
+"""The backend registry: one line per engine, naming its pieces (launcher/backends/engine.py):
+the attached backend that runs the tasks for the job loop, the submitter ``--detach`` hands
+the whole job to, the follower of its runs by handle. ``register`` adds one at run time (a
+test-only backend, a plug-in)."""
 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from launcher.backends.base import Backend
-    from launcher.backends.engine import Follower
+    from launcher.backends.engine import Follower, Submitter
     from launcher.records.lease import Holder
 
-# name -> the module that defines ``BACKEND`` (imported only when the backend is used)
-_REGISTRY: dict[str, str | type[Backend]] = {
-    "local": "launcher.backends.local",
-    "ssh": "launcher.backends.ssh",
-    "slurm": "launcher.backends.slurm",
-    "kubernetes": "launcher.backends.kubernetes",
-    "docker": "launcher.backends.docker",
+
+@dataclass(frozen=True)
+class Engine:
+    """One engine's pieces, each a class or where it is, imported only when asked for:
+    ``"module"`` (its ``BACKEND``) or ``"module:Name"``. No submitter: a detached run keeps
+    its launcher, as a daemon; no follower: only the launcher knows its runs."""
+
+    attached: str | type[Backend]
+    submitter: str | type[Submitter] | None = None
+    follower: str | type[Follower] | None = None
+
+
+_REGISTRY: dict[str, Engine] = {
+    "local": Engine("launcher.backends.local"),
+    "ssh": Engine("launcher.backends.ssh"),
+    "slurm": Engine("launcher.backends.slurm", "launcher.backends.slurm_submit:SlurmSubmitter",
+                    "launcher.backends.slurm_follow:SlurmFollower"),
+    "kubernetes": Engine("launcher.backends.kubernetes",
+                         "launcher.backends.kubernetes_submit:KubernetesSubmitter",
+                         "launcher.backends.kubernetes_follow:KubernetesFollower"),
+    "docker": Engine("launcher.backends.docker"),
 }
 
 
-def register(name: str, backend: str | type[Backend]) -> None:
-    """Make ``backend`` (a class, or the name of a module defining ``BACKEND``) available
-    as ``"backend": name`` in specs."""
-    _REGISTRY[name] = backend
+def register(name: str, backend: str | type[Backend], *,
+             submitter: str | type[Submitter] | None = None,
+             follower: str | type[Follower] | None = None) -> None:
+    """Make ``backend`` (a class, or where it is) available as ``"backend": name`` in
+    specs, with its submitter and follower where the engine has them."""
+    _REGISTRY[name] = Engine(backend, submitter, follower)
 
 
 def unregister(name: str) -> None:
@@ -36,27 +55,51 @@ def names() -> tuple[str, ...]:
 
 
 def engine_modules() -> dict[str, str]:
-    """Each engine registered by module name (the built-in ones), name -> module."""
-    return {name: entry for name, entry in _REGISTRY.items() if isinstance(entry, str)}
+    """Each engine registered by module name (the built-in ones), name -> the module of its
+    attached backend."""
+    return {name: _where(e.attached)[0] for name, e in _REGISTRY.items()
+            if isinstance(e.attached, str)}
+
+
+def _where(entry: str) -> tuple[str, str]:
+    module, _, attr = entry.partition(":")
+    return module, attr or "BACKEND"
+
+
+def _load(entry: str | type) -> Any:
+    if not isinstance(entry, str):
+        return entry
+    module, attr = _where(entry)
+    return getattr(importlib.import_module(module), attr)
 
 
 def backend_class(name: str) -> type[Backend]:
-    """The Backend subclass for ``name``."""
-    entry = _REGISTRY[name]
-    if isinstance(entry, str):
-        entry = importlib.import_module(entry).BACKEND
-    return entry
+    """The attached Backend subclass for ``name``."""
+    cls: type[Backend] = _load(_REGISTRY[name].attached)
+    return cls
+
+
+def submitter(backend: Backend) -> Submitter | None:
+    """What ``--detach`` hands the job to, built from the attached ``backend`` (which
+    accepted the job); None where its engine takes no whole job with these options."""
+    engine = _REGISTRY.get(backend.name)
+    if engine is None or engine.submitter is None:
+        return None
+    cls: type[Submitter] = _load(engine.submitter)
+    return cls(backend) if cls.takes(backend.options) else None
 
 
 def following(name: str | None) -> type[Follower]:
     """What follows a run whose state.json names backend ``name`` (``launch status``,
-    ``launch cancel``): that backend's class where it is a Follower (an engine holds its
-    runs), else the Follower of a run no engine holds (a name not registered here too: its
-    engine, if any, cannot be asked)."""
+    ``launch cancel``): its engine's follower, else the Follower of a run no engine holds
+    (a name not registered here too: its engine, if any, cannot be asked)."""
     from launcher.backends.engine import Follower
 
-    cls = backend_class(name) if name in _REGISTRY else None
-    return cls if cls is not None and issubclass(cls, Follower) else Follower
+    engine = _REGISTRY.get(name or "")
+    if engine is None or engine.follower is None:
+        return Follower
+    cls: type[Follower] = _load(engine.follower)
+    return cls
 
 
 def engine_holds(holder: Holder) -> bool:

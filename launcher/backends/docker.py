@@ -21,9 +21,9 @@ volume: the launcher reads it through the folder or the volume's mount point her
 fsspec URL (``s3://``). The shared-storage check runs its probes as containers with the
 tasks' mounts, so a model_dir private to each container is refused before anything starts.
 
-Nothing is left: a watchdog process (``python -m launcher.backends.docker --reap``) holds
-a pipe from the launcher; when it closes (the normal end, Ctrl-C, or the launcher killed
-by SIGKILL) it removes every container labelled with the run, and the network the run made.
+Nothing is left: a watchdog process (launcher/backends/docker_reaper.py) holds a pipe from
+the launcher; when it closes (the normal end, Ctrl-C, or the launcher killed by SIGKILL) it
+removes every container labelled with the run, and the network the run made.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ import re
 import shlex
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Hashable
@@ -44,6 +43,7 @@ from launcher.backends.agent.probes import entry_script
 from launcher.backends.agent.words import refusal_in_words
 from launcher.backends.base import Backend, ExecWatch, PlacesGpus, ProbeResult, TaskHandle
 from launcher.backends.docker_gpus import docker_args, docker_runtime_problem
+from launcher.backends.docker_reaper import CALL_TIMEOUT, LABEL, Reaper
 from launcher.backends.environment import check_programs_by_probe
 from launcher.backends.options import option
 from launcher.backends.processes import dies_with_parent, free_port, port_taken, task_environ
@@ -55,10 +55,7 @@ from launcher.plan import IMAGE_SITE, JobPlan, NoticeRoute, TaskPlan
 DEFAULT_IMAGE = "tfcluster:tf2.15"
 HOST_NETWORK = "host"
 TASK_PORT = 2222              # on a user-defined network every container has its own ports
-LABEL = "tfcluster.run"
 TASK_LABEL = "tfcluster.task"
-CALL_TIMEOUT = 60.0           # one docker CLI call (kill, rm, inspect)
-REAP_TIMEOUT = 60.0
 # what the container's init (docker-init, tini) says when the task's exec failed
 INIT_FAILED = re.compile(r"\[FATAL tini \(\d+\)\] exec (?P<program>.+?) failed: (?P<reason>[^:]+)$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -185,13 +182,11 @@ class DockerBackend(PlacesGpus, Backend):
 
     def __init__(self, options: DockerOptions | None = None, *, remap: bool = False,
                  inside_job: bool = False):
-        super().__init__(options if options is not None else DockerOptions(), remap=remap,
-                         inside_job=inside_job)
+        super().__init__(options or DockerOptions(), remap=remap, inside_job=inside_job)
         self._ports: set[int] = set()
         self._host_ports: dict[str, set[int]] = {}
         self._run_id: str | None = None
-        self._reaper: subprocess.Popen | None = None
-        self._reaper_pipe = -1
+        self._reaper: Reaper | None = None
         self._attempts: dict[str, int] = {}     # task name -> its latest start
         self._lock = threading.Lock()
 
@@ -405,16 +400,9 @@ class DockerBackend(PlacesGpus, Backend):
 
     def close(self) -> None:
         """Remove whatever of the run is left (containers, the network it made)."""
-        if self._reaper is None:
-            return
-        os.close(self._reaper_pipe)
-        self._reaper_pipe = -1
-        try:
-            self._reaper.wait(timeout=REAP_TIMEOUT + 10)
-        except subprocess.TimeoutExpired:
-            self._reaper.kill()
-            self._reaper.wait()
-        self._reaper = None
+        reaper, self._reaper = self._reaper, None
+        if reaper is not None:
+            reaper.close()
 
     # ------------------------------------------------------------------ the run's resources
     def _prepare_engine(self) -> None:
@@ -423,15 +411,7 @@ class DockerBackend(PlacesGpus, Backend):
             if self._reaper is not None:
                 return
             run_id = self._run_id or "run"
-            read_end, self._reaper_pipe = os.pipe()
-            try:
-                self._reaper = subprocess.Popen(
-                    [sys.executable, "-m", "launcher.backends.docker", "--reap",
-                     self.options.docker, run_id],
-                    stdin=read_end, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                    start_new_session=True)
-            finally:
-                os.close(read_end)
+            self._reaper = Reaper(self.options.docker, run_id)
             if self.host_network:
                 return
             if self.call("network", "inspect", self.options.network).returncode != 0:
@@ -448,52 +428,4 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else "no message"
 
 
-def reap(docker: str, run_id: str, timeout: float = REAP_TIMEOUT) -> None:
-    """Remove every container labelled with the run, then the networks labelled with it;
-    look again until nothing is left twice in a row (a ``docker run`` still creating one)."""
-    label = f"label={LABEL}={run_id}"
-
-    def names(*args: str) -> list[str]:
-        try:
-            done = subprocess.run([docker, *args, "--filter", label], capture_output=True,
-                                  text=True, timeout=CALL_TIMEOUT)
-        except (OSError, subprocess.TimeoutExpired):
-            return []
-        return done.stdout.split() if done.returncode == 0 else []
-
-    deadline = time.monotonic() + timeout
-    clean = 0
-    while clean < 2 and time.monotonic() < deadline:
-        left = names("ps", "-aq")
-        if left:
-            subprocess.run([docker, "rm", "-f", *left], capture_output=True,
-                           timeout=CALL_TIMEOUT)
-            clean = 0
-        else:
-            clean += 1
-        time.sleep(0.2)
-    nets = names("network", "ls", "-q")
-    if nets:
-        subprocess.run([docker, "network", "rm", *nets], capture_output=True,
-                       timeout=CALL_TIMEOUT)
-
-
-def _reaper_main(argv: list[str]) -> int:
-    """``--reap DOCKER RUN_ID``: wait for stdin to close (the launcher ended, however), then
-    remove what the run left on the engine."""
-    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_IGN)
-    docker, run_id = argv
-    while sys.stdin.buffer.read(4096):
-        pass
-    reap(docker, run_id)
-    return 0
-
-
 BACKEND = DockerBackend
-
-
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["--reap"] and len(sys.argv) == 4:
-        sys.exit(_reaper_main(sys.argv[2:]))
-    sys.exit("usage: python -m launcher.backends.docker --reap DOCKER RUN_ID")

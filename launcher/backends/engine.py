@@ -1,26 +1,32 @@
-"""What a backend does beyond running tasks, one interface per caller (as torchx splits a
-scheduler's surface into submit, describe/cancel by handle, and logs):
+"""What a backend does beyond running tasks, one piece per caller (as torchx splits a
+scheduler's surface into submit, describe/cancel by handle, and logs, and submitit its
+executor from its job). The registry (launcher/backends/__init__.py) names each engine's
+pieces, so a caller asks it for the one it needs:
 
-- ``EngineJob``: the engine holds the run as a job of its own (a Slurm allocation or batch
-  job, Kubernetes objects). The run's life asks it (launcher/api.py): the handle kept in
-  state.json, whether the engine will run the job again, which attempt this is.
-- ``Submits``: ``--detach`` hands the whole job to the engine (launcher/commands/detach.py);
-  a backend that is not one runs a detached job as a daemon on this machine.
-- ``Follower``: a run followed by its handle, whoever started it (``launch status``,
+- the attached backend (launcher/backends/base.py ``Backend``) runs the tasks for the job
+  loop; one that is an ``EngineJob`` has the engine hold the run as a job of its own (a
+  Slurm allocation or batch job, Kubernetes objects): the run's life asks it
+  (launcher/api.py) for the handle kept in state.json, whether the engine will run the job
+  again, which attempt this is.
+- a ``Submitter``: ``--detach`` hands the whole job to the engine
+  (launcher/commands/detach.py): its ``BatchRequest``, plain data, is what ``--detach
+  --dry-run`` prints and what ``submit`` runs. An engine without one runs a detached job
+  as a daemon on this machine.
+- a ``Follower``: a run followed by its handle, whoever started it (``launch status``,
   ``cancel``, model_dir's lease: launcher/commands/runs.py, records/lease.py). Class
   methods: the state.json of a run is all there is. ``Follower`` itself follows a run no
   engine holds: the launcher's alone.
 
-Which of these a backend is, its type says (``isinstance``); no flag says it. Engine names
-and handle keys stay in the backend modules that implement these.
+Engine names and handle keys stay in the backend modules that implement these.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from launcher.backends.base import Backend
     from launcher.plan import JobPlan
 
 
@@ -49,17 +55,37 @@ class EngineJob(ABC):
         return 0
 
 
-class Submits(EngineJob):
-    """``--detach`` submits the whole job to the engine, which runs it to its end."""
+class BatchRequest(Protocol):
+    """What a submitter hands the engine, as plain data (a batch script and its options,
+    Kubernetes objects); ``text`` is what ``--detach --dry-run`` prints besides the task
+    list."""
+
+    def text(self) -> str: ...
+
+
+class Submitter(ABC):
+    """``--detach`` submits the whole job to the engine, which runs it to its end. Built
+    from the attached backend once it accepted the job and placed its tasks: what the
+    engine is asked for (an allocation, the objects' names) is the same in both."""
+
+    def __init__(self, backend: Backend):
+        self.backend = backend
+
+    @classmethod
+    def takes(cls, options: Any) -> bool:
+        """The engine runs the job to its end with these options (Kubernetes' plain Jobs
+        do not: their ps need the launcher), so ``--detach`` submits it."""
+        return True
 
     @abstractmethod
-    def submit(self, plan: JobPlan, run_dir: str, relaunch: list[str]) -> dict[str, Any]:
-        """Submit the job (``relaunch`` is the launcher's command line for inside the
-        engine's job); return its handle."""
+    def request(self, plan: JobPlan, run_dir: str, relaunch: list[str]) -> BatchRequest:
+        """The batch request of the job (``relaunch``: the launcher's command line for
+        inside the engine's job)."""
 
     @abstractmethod
-    def describe_detached(self, plan: JobPlan, run_dir: str, relaunch: list[str]) -> str | None:
-        """What ``--detach --dry-run`` prints besides the task list (the batch script)."""
+    def submit(self, plan: JobPlan, request: Any) -> dict[str, Any]:
+        """Hand ``request`` (this submitter's own) to the engine; return the run's
+        handle."""
 
 
 class Follower:

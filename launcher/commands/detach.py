@@ -1,9 +1,10 @@
 """`launch SPEC --detach`: start or submit the job, return once it runs or is queued.
 
-- Engines that run whole jobs (a backend that ``Submits``, launcher/backends/engine.py:
-  Slurm, Kubernetes' TFJob and JobSet) get the job submitted (``Submits.submit``; Slurm's:
-  an ``sbatch`` script that runs this launcher inside the allocation); nothing of the job
-  depends on this process afterwards.
+- Engines that run whole jobs (those the registry names a ``Submitter`` for,
+  launcher/backends/engine.py: Slurm, Kubernetes' TFJob and JobSet) get the job submitted:
+  its batch request (Slurm's: an ``sbatch`` script that runs this launcher inside the
+  allocation) is what ``--dry-run`` prints and what ``submit`` hands the engine; nothing of
+  the job depends on this process afterwards.
 - Every other backend (local, ssh): the launcher goes on as a daemon in a session of its
   own (fork, setsid, fork), stdin from /dev/null, stdout and stderr into the run
   directory's ``launcher.log``, working directory unchanged (relative paths of the spec keep
@@ -19,13 +20,13 @@ import shlex
 import sys
 from typing import TYPE_CHECKING, Any
 
-from launcher.backends import following
-from launcher.backends.engine import Submits
+from launcher.backends import following, submitter
 from launcher.errors import UsageError
 
 if TYPE_CHECKING:
     from launcher.api import RunOptions
     from launcher.backends.base import Backend
+    from launcher.backends.engine import Submitter
     from launcher.plan import JobPlan
     from launcher.spec import Spec
 
@@ -69,15 +70,17 @@ def detach(spec: Spec, backend: Backend, command: list[str] | None,
 
     if not args.dry_run:
         check_lease(spec, args)
-    if isinstance(backend, Submits):
+    submits = submitter(backend)
+    if submits is not None:
         plan = make_plan(spec, backend, command, run_id=args.run_id)
         run_dir = os.path.abspath(args.run_dir or default_run_dir(spec, plan.run_id, args.root))
         relaunch = relaunch_argv(args, command, run_dir, plan.run_id)
         if args.dry_run:
+            request = submits.request(plan, run_dir, relaunch)
             print(render_dry_run(plan, backend, as_json=args.json, every=args.every,
-                                 extra=backend.describe_detached(plan, run_dir, relaunch)))
+                                 extra=request.text()))
             return 0
-        return _submit(spec, backend, backend.name, plan, run_dir, relaunch, args.root)
+        return _submit(spec, submits, backend.name, plan, run_dir, relaunch, args.root)
     if args.dry_run:
         print(render_dry_run(make_plan(spec, backend, command), backend, as_json=args.json,
                              every=args.every))
@@ -88,7 +91,7 @@ def detach(spec: Spec, backend: Backend, command: list[str] | None,
     return _daemon(spec, backend, plan, command, args, run_dir)
 
 
-def _submit(spec: Spec, backend: Submits, name: str, plan: JobPlan, run_dir: str,
+def _submit(spec: Spec, submits: Submitter, name: str, plan: JobPlan, run_dir: str,
             relaunch: list[str], root: str | None) -> int:
     from launcher.records.plan_file import write_plan
     from launcher.records.registry import RunState, link_run
@@ -99,7 +102,7 @@ def _submit(spec: Spec, backend: Submits, name: str, plan: JobPlan, run_dir: str
     link_run(run_dir, plan.run_id, root)
     write_plan(run_dir, plan)
     try:
-        handle = backend.submit(plan, run_dir, relaunch)
+        handle = submits.submit(plan, submits.request(plan, run_dir, relaunch))
     except UsageError as e:
         state.update(state="failed", reason=str(e), status=e.exit_status)
         raise

@@ -10,6 +10,7 @@ import time
 import pytest
 from docker_support import BUILD_TIMES, IMAGE, SSH_IMAGE
 from infra.docker_engine import DockerEngine, missing_prerequisites, start_engine
+from support import nothing_left_on
 
 
 @pytest.fixture(scope="session")
@@ -45,13 +46,8 @@ def ssh_image(engine: DockerEngine, image: str) -> str:
     return SSH_IMAGE
 
 
-@pytest.fixture(autouse=True)
-def nothing_left_on_the_engine(request):
-    """Fails a test that leaves a container or a network on the engine (then removes them)."""
-    yield
-    if "engine" not in request.fixturenames:
-        return
-    engine: DockerEngine = request.getfixturevalue("engine")
+def _left_on(engine: DockerEngine) -> dict[str, list[str]]:
+    """Containers (given 10 s to go) and networks the tests made."""
     deadline = time.monotonic() + 10
     left = engine.containers()
     while left and time.monotonic() < deadline:
@@ -59,6 +55,9 @@ def nothing_left_on_the_engine(request):
         left = engine.containers()
     nets = [n for n in engine.lines("network", "ls", "--format", "{{.Name}}")
             if n not in ("host", "none", "bridge")]
-    if left or nets:
-        engine.remove_all()
-        pytest.fail(f"left on the engine after the test: containers {left}, networks {nets}")
+    return {"containers": left, "networks": nets}
+
+
+# Fails a test that leaves a container or a network on the engine (then removes them).
+nothing_left_on_the_engine = nothing_left_on("engine", _left_on,
+                                             lambda engine, left: engine.remove_all())

@@ -48,7 +48,7 @@ def fake_spec(tmp_path: Path, plan: dict) -> Path:
 
 
 def reapers(run_id: str) -> list[psutil.Process]:
-    """The run's reaper (`python -m launcher.backends.docker --reap DOCKER RUN_ID`)."""
+    """The run's reaper (`python -m launcher.backends.docker_reaper --reap DOCKER RUN_ID`)."""
     out = []
     for proc in marked_processes():
         try:

@@ -209,11 +209,11 @@ def test_a_jobset_of_1000_workers_and_50_ps_fits_and_each_pod_gets_its_tf_config
 
 def test_a_jobset_above_the_api_servers_object_limit_is_one_clear_error(tmp_path,
                                                                         monkeypatch):
-    from launcher.backends import kubernetes
+    from launcher.backends import kubernetes_objects
     from launcher.errors import PreflightError
 
     _, size = big_jobset(tmp_path, 200, 10)
-    monkeypatch.setattr(kubernetes, "MAX_OBJECT_BYTES", size - 1)
+    monkeypatch.setattr(kubernetes_objects, "MAX_OBJECT_BYTES", size - 1)
     with pytest.raises(PreflightError, match=r"^the JobSet ctr-train is 0\.\d MiB, above the "
                        r"0\.\d MiB the API server stores .*212 tasks are too many"):
         big_jobset(tmp_path, 200, 10)

@@ -397,19 +397,26 @@ def test_restart_policies_are_refused(tmp_path):
     assert "restart.worker" in done.stderr
 
 
-def test_the_type_says_what_a_kubernetes_backend_can_do():
-    """TFJob and JobSet end the job themselves: a backend in those modes Submits (--detach
-    hands the job over); plain Jobs need the launcher to stop the ps, so in mode plain it
-    does not (a detached run keeps its launcher, as a daemon). Every mode is an EngineJob
-    (its objects are the run's handle) and a Follower (status and cancel by that handle)."""
-    from launcher.backends.engine import EngineJob, Follower, Submits
+def test_the_registry_says_what_a_kubernetes_run_can_do():
+    """TFJob and JobSet end the job themselves: in those modes the registry gives
+    ``--detach`` a submitter (the job handed over); plain Jobs need the launcher to stop
+    the ps, so in mode plain there is none (a detached run keeps its launcher, as a
+    daemon). Every mode is an EngineJob (its objects are the run's handle), and its runs
+    are followed by their handle. One class per mode: no class is swapped by option."""
+    from launcher.backends import following, submitter
+    from launcher.backends.engine import EngineJob, Follower
     from launcher.backends.kubernetes import KubernetesBackend, KubernetesOptions
+    from launcher.backends.kubernetes_submit import KubernetesSubmitter
 
     for mode, submits in (("tfjob", True), ("jobset", True), ("plain", False)):
         backend = KubernetesBackend(KubernetesOptions(mode=mode))
-        assert isinstance(backend, Submits) is submits, mode
-        assert isinstance(backend, EngineJob) and isinstance(backend, Follower)
-        assert backend.options.mode == mode
+        assert type(backend) is KubernetesBackend and backend.options.mode == mode
+        assert isinstance(submitter(backend), KubernetesSubmitter) is submits, mode
+        assert isinstance(backend, EngineJob)
+    assert issubclass(following("kubernetes"), Follower)
+    assert following("kubernetes").describe_handle(
+        {"kubernetes": {"kind": "jobset", "name": "ctr", "namespace": "ml"}}) == \
+        "jobset ctr in namespace ml"
 
 
 @pytest.mark.parametrize("cluster", [{"worker": 3}, {"chief": 1, "worker": 2}])

@@ -144,7 +144,8 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("launcher.errors", "launcher.output", "launcher.plan", "launcher.redact",
          "launcher.signals", f"{_O}.decisions")),
     "launcher.backends": (
-        "the registry (one line per engine), the `Backend` interfaces, one module per engine "
+        "the registry (one line per engine, naming its pieces: the attached backend, the "
+        "submitter, the follower), the `Backend` interfaces, one module per engine "
         "(local, ssh, slurm, kubernetes, docker) and their helpers: processes, the agent "
         "(agent/: the one program sent to a host or a Slurm node, and its one reader), the "
         "watchdog, the environment and shared-storage checks",
@@ -198,7 +199,8 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
     "launcher": ("the package: `launcher.run`, `launcher.dry_run`", ("launcher.api",)),
     "launcher.commands": (
         "the commands besides running a job: `launch list/status/logs/cancel` (through the "
-        "backend a run names), `--detach`, `launch report`, `launch tensorboard RUN`",
+        "follower of the backend a run names), `--detach` (through its submitter), `launch "
+        "report`, `launch tensorboard RUN`",
         ("launcher.api", "launcher.backends", "launcher.errors", "launcher.output",
          "launcher.plan", "launcher.records", "launcher.spec", "launcher.tensorboard",
          f"{_O}.metrics_file", f"{_O}.tfformats")),

@@ -1,11 +1,14 @@
-"""The real Slurm cluster of this folder's tests: one for the whole session."""
+"""The real Slurm cluster of this folder's tests: one for the whole session, and a check
+that no test leaves a job (an allocation, a batch job) in it."""
 
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 from infra.slurm_cluster import SlurmCluster, missing_programs
+from support import nothing_left_on
 
 
 @pytest.fixture(scope="session")
@@ -30,3 +33,21 @@ def slurm_env(slurm_cluster, monkeypatch):
     """SLURM_CONF for this test process (helpers like job_state) and for `launch`."""
     monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
     return slurm_cluster.env
+
+
+def _left_in(cluster: SlurmCluster) -> dict[str, list[str]]:
+    """Jobs squeue still shows once a cancelled one had 30 s to end."""
+    deadline = time.monotonic() + 30
+    left = cluster.jobs()
+    while left and time.monotonic() < deadline:
+        time.sleep(0.3)
+        left = cluster.jobs()
+    return {"jobs": left}
+
+
+def _cancel(cluster: SlurmCluster, left: dict) -> None:
+    cluster.run("scancel", "--full", *left["jobs"], check=False)
+
+
+# Fails a test that leaves a job in the cluster (then cancels it).
+nothing_left_in_the_cluster = nothing_left_on("slurm_cluster", _left_in, _cancel)

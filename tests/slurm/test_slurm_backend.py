@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from support import PY_TF215, ended_well, launched, run_launch, tfcluster_tasks, wait_gone
 
-from launcher.backends.slurm import job_state
+from launcher.backends.slurm_follow import job_state
 
 REPO = Path(__file__).resolve().parents[2]
 # each task first says where Slurm runs it, then becomes the Estimator example

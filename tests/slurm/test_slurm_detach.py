@@ -18,7 +18,7 @@ from infra.mlflow_server import read_run
 from support import PY_TF215, REPO, launched, run_launch, state_of, tfcluster_tasks, wait_gone
 from test_slurm_backend import node_steps, released, squeue, write_spec
 
-from launcher.backends.slurm import LIVE_STATES, job_state
+from launcher.backends.slurm_follow import LIVE_STATES, job_state
 from launcher.records.lease import LEASE_FILE
 from orchestrator.checkpoints import newest_complete
 from orchestrator.preemption import SAVING

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from infra.netns_hosts import NetnsHosts, missing_prerequisites, start_hosts
-from support import local_ssh_processes, wait_gone
+from support import local_ssh_processes, nothing_left_on, wait_gone
 
 PRIVATE_HOST = 3     # h3's tasks see an empty tmpfs over the session's private_dir
 NAMED_HOSTS = {1, 2}  # their tasks resolve h1..h3 (an /etc/hosts of their own); h3's do not
@@ -34,18 +34,17 @@ def hosts(tmp_path_factory, private_dir) -> NetnsHosts:
     bed.stop()
 
 
-@pytest.fixture(autouse=True)
-def nothing_left_on_hosts(request):
-    """Fails a test that leaves a process on any host, or an ssh process here."""
-    yield
-    if "hosts" not in request.fixturenames:
-        return
-    bed: NetnsHosts = request.getfixturevalue("hosts")
-    left = bed.leftovers(timeout=15)
-    local = wait_gone(local_ssh_processes, timeout=10)
-    if left or local:
-        bed.kill_all()
-        for proc in local:
-            proc.kill()
-        pytest.fail(f"left running after the test: on hosts {left}; "
-                    f"local ssh {[p.pid for p in local]}")
+def _left_on(bed: NetnsHosts) -> dict[str, object]:
+    """Processes on any host (given 15 s to end), and ssh processes here (10 s)."""
+    return {"processes on hosts": bed.leftovers(timeout=15),
+            "local ssh": wait_gone(local_ssh_processes, timeout=10)}
+
+
+def _clear(bed: NetnsHosts, left: dict) -> None:
+    bed.kill_all()
+    for proc in left.get("local ssh", []):
+        proc.kill()
+
+
+# Fails a test that leaves a process on any host, or an ssh process here.
+nothing_left_on_hosts = nothing_left_on("hosts", _left_on, _clear)

@@ -1,6 +1,7 @@
-"""Following a run goes through the backend its state.json names (launcher.backends.
-following): ``launch status`` asks that backend's engine, and a run whose backend is no
-longer registered is judged by its launcher alone."""
+"""Following a run goes through the follower the registry names for the backend its
+state.json names (launcher.backends.following): ``launch status`` asks that engine, and a
+run whose backend is no longer registered is judged by its launcher alone. Which piece an
+engine has, the registry says (launcher.backends.submitter for ``--detach``)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from launcher.backends.engine import Follower
 from launcher.commands.runs import current_state
 
 
-class HeldByEngine(Backend, Follower):
-    """An engine that holds its runs: its job waits in a queue."""
+class Held(Backend):
+    """The attached piece of an engine that holds its runs."""
 
     name = "held"
 
@@ -22,6 +23,10 @@ class HeldByEngine(Backend, Follower):
 
     def start(self, task):
         raise NotImplementedError
+
+
+class HeldByEngine(Follower):
+    """Its follower: the engine's job waits in a queue."""
 
     @classmethod
     def describe_handle(cls, handle):
@@ -34,7 +39,7 @@ class HeldByEngine(Backend, Follower):
 
 @pytest.fixture
 def held():
-    register("held", HeldByEngine)
+    register("held", Held, follower=HeldByEngine)
     yield
     unregister("held")
 
@@ -61,9 +66,27 @@ def test_a_backend_no_longer_registered_is_followed_by_its_launcher_alone():
 
 
 def test_a_backend_no_engine_holds_runs_is_followed_by_its_launcher_alone():
-    """The type says what a backend can do: the local backend is no Follower, so its runs
-    are the launcher's to judge; Slurm's are followed by the Slurm backend."""
-    from launcher.backends.slurm import SlurmBackend
+    """The registry says what an engine has: the local backend has no follower, so its runs
+    are the launcher's to judge; Slurm's are followed by the Slurm follower."""
+    from launcher.backends.slurm_follow import SlurmFollower
 
     assert following("local") is Follower
-    assert following("slurm") is SlurmBackend
+    assert following("slurm") is SlurmFollower
+
+
+def test_the_registry_names_each_engine_s_pieces():
+    """Each engine's pieces, by caller: the attached backend runs the tasks; ``--detach``
+    hands the job to a submitter where the engine has one (Slurm, Kubernetes' controllers),
+    else keeps its launcher as a daemon; no backend class answers for the others."""
+    from launcher.backends import backend_class, names, submitter
+    from launcher.backends.engine import Submitter
+    from launcher.backends.slurm_submit import SlurmSubmitter
+
+    assert {"local", "ssh", "slurm", "kubernetes", "docker"} <= set(names())
+    for name in names():
+        cls = backend_class(name)
+        assert issubclass(cls, Backend) and not issubclass(cls, (Follower, Submitter)), name
+    assert isinstance(submitter(backend_class("slurm")()), SlurmSubmitter)
+    assert submitter(backend_class("local")()) is None
+    assert submitter(backend_class("docker")()) is None
+    assert following("kubernetes") is not Follower and following("docker") is Follower

@@ -1,0 +1,161 @@
+"""What the Slurm backend asks Slurm for, as plain data: the spec's ``slurm`` section, the
+allocation (one node per host label of the spec, sized for its busiest node) as salloc's
+and sbatch's options, each task's ``srun`` step, and the lines ``--dry-run`` prints of them
+(``StepLines``: ``describe`` and a detached run's batch request render the same object)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from launcher.backends.options import option
+from launcher.errors import SpecError
+from launcher.plan import Reservation, TaskPlan
+from launcher.spec import ROLES, Resources, resources_for
+
+DEFAULT_SIGNAL_LEAD = 120          # seconds before the time limit for the warning signal
+_UNITS_MB = {"": 1, "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """The spec's ``slurm`` section."""
+
+    partition: str | None = option(None, "word", doc="the allocation's partition")
+    account: str | None = option(None, "word", doc="account to charge")
+    qos: str | None = option(None, "word", doc="quality of service")
+    time: str | None = option(None, "word", doc="time limit of the allocation")
+    nodelist: str | None = option(None, "word", doc="nodes to run on")
+    constraint: str | None = option(None, "word", doc="node features required")
+    allocation_timeout: float | None = option(None, "number", minimum=1,
+                                              doc="seconds to wait for the allocation")
+    salloc_args: list[str] = option([], "args", doc="more salloc options (--name=value)")
+    srun_args: list[str] = option([], "args", doc="more srun options (--name=value)")
+    signal_lead: int = option(DEFAULT_SIGNAL_LEAD, "int", minimum=1,
+                              doc="--detach: the warning signal this many seconds before "
+                                  "the time limit")
+    steps: str = option("node", "choice", choices=("node", "task"),
+                        doc="node: one job step per node runs that node's tasks (a task "
+                            "with GPUs keeps its own step); task: one step per task")
+    python: str | None = option(None, "str", doc="the node step's interpreter (default: "
+                                                 "the task's own Python, else python3)")
+
+
+def memory_mb(text: str) -> int:
+    """'4G', '512M', '2Gi', '1000' (MB, Slurm's default unit) in MB."""
+    m = re.match(r"^(\d+(?:\.\d+)?)([KMGT]?)i?$", text)
+    if not m:
+        raise ValueError(f"bad memory size {text!r}")
+    return max(1, int(float(m.group(1)) * _UNITS_MB[m.group(2)]))
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """The job's allocation: the spec's host labels, one node each (the chief's first),
+    which label each task has, and the size and place as salloc's and sbatch's options."""
+
+    labels: tuple[str, ...] = ()
+    label_of: dict[tuple[str, int], str] = field(default_factory=dict)  # (role, i) -> label
+    options: tuple[str, ...] = ()
+
+    def salloc_argv(self, o: SlurmOptions) -> list[str]:
+        argv = ["salloc", "--no-shell", *self.options]
+        if o.allocation_timeout:
+            argv.append(f"--immediate={int(o.allocation_timeout)}")
+        return argv + list(o.salloc_args)
+
+
+def allocation_for(reservation: Reservation, o: SlurmOptions) -> Allocation:
+    """One node per distinct host label (the chief's first), sized for its busiest node;
+    SpecError for what one allocation cannot be."""
+    _check_allocation_level(reservation.resources, o)
+    order = {"chief": 0, "master": 0, "worker": 1, "ps": 2, "evaluator": 3}
+    by_role = sorted(reservation.tasks, key=lambda t: order[t[0]])
+    labels = tuple(dict.fromkeys(a.host for _, _, a in by_role))
+    label_of = {(role, i): a.host for role, i, a in reservation.tasks}
+    per_label: dict[str, dict[str, int]] = {h: {"cpus": 0, "mem": 0, "gpus": 0}
+                                            for h in labels}
+    for (role, _), label in label_of.items():
+        res = resources_for(reservation.resources, role)
+        per_label[label]["cpus"] += res.get("cpus", 1)
+        per_label[label]["gpus"] += res.get("gpus", 0)
+        if "memory" in res:
+            per_label[label]["mem"] += memory_mb(res["memory"])
+    default = reservation.resources.get("default", Resources())
+    argv = [f"--job-name=tfc-{reservation.name}",
+            f"--nodes={len(labels)}", "--ntasks-per-node=1",
+            f"--cpus-per-task={max(v['cpus'] for v in per_label.values()) or 1}"]
+    mem = max(v["mem"] for v in per_label.values())
+    gpus = max(v["gpus"] for v in per_label.values())
+    if mem:
+        argv.append(f"--mem={mem}M")
+    if gpus:
+        argv.append(f"--gpus-per-node={gpus}")
+    for flag, value in (("partition", o.partition or default.get("partition")),
+                        ("time", o.time or default.get("time")),
+                        ("account", o.account), ("qos", o.qos),
+                        ("nodelist", o.nodelist), ("constraint", o.constraint)):
+        if value:
+            argv.append(f"--{flag}={value}")
+    return Allocation(labels, label_of, tuple(argv))
+
+
+def _check_allocation_level(resources: Mapping[str, Mapping[str, Any]], o: SlurmOptions) -> None:
+    """One allocation has one partition and one time limit: a role may not differ."""
+    for key in ("partition", "time"):
+        wanted = getattr(o, key) or resources.get("default", {}).get(key)
+        for role in ROLES:
+            value = resources.get(role, {}).get(key)
+            if value is not None and value != wanted:
+                raise SpecError(f"resources.{role}.{key}",
+                                f"the Slurm backend runs every task in one allocation with "
+                                f"one {key}: set it in slurm.{key} or resources.default."
+                                f"{key}, not per role")
+    for role in ("default",) + ROLES:
+        mem = resources.get(role, {}).get("memory")
+        if mem is not None:
+            memory_mb(mem)
+
+
+def step_argv(job_id: str, node: str, name: str, cpus: int, mem: int | None) -> list[str]:
+    """``srun`` of one step in the allocation, on one node, beside the other steps."""
+    argv = ["srun", f"--jobid={job_id}", f"--nodelist={node}", "--nodes=1", "--ntasks=1",
+            "--overlap", f"--job-name={name}", f"--cpus-per-task={cpus}", "--export=ALL",
+            "--kill-on-bad-exit=1"]
+    return argv + ([f"--mem={mem}M"] if mem else [])
+
+
+def srun_argv(o: SlurmOptions, task: TaskPlan, job_id: str, node: str) -> list[str]:
+    """The step of one task (``steps: task``, or a task with GPUs)."""
+    res = task.resources
+    argv = step_argv(job_id, node, f"{task.type}-{task.index}", res.get("cpus", 1) or 1,
+                     memory_mb(res["memory"]) if "memory" in res else None)
+    if res.get("gpus"):
+        argv.append(f"--gpus={res['gpus']}")
+    if task.cwd:
+        argv.append(f"--chdir={task.cwd}")
+    return argv + list(o.srun_args) + ["--", *task.command]
+
+
+def grouped(o: SlurmOptions, task: TaskPlan) -> bool:
+    """Run by its node's step: ``steps: node`` and no GPUs (Slurm binds a task's GPUs to a
+    step of its own)."""
+    return o.steps == "node" and not task.resources.get("gpus")
+
+
+@dataclass(frozen=True)
+class StepLines:
+    """What ``--dry-run`` shows of a Slurm run, as lines: how it is asked for (``head``,
+    ``salloc``), its job steps, and its end. A detached run's batch request shows the
+    steps alone."""
+
+    head: tuple[str, ...]
+    salloc: str
+    steps: tuple[str, ...]
+    end: tuple[str, ...] = ("# when training ends: SIGTERM to each ps and evaluator (then "
+                            "SIGKILL), then", "scancel $J")
+
+    def text(self) -> str:
+        return "\n".join([*self.head, self.salloc, *self.steps, *self.end])
