@@ -27,6 +27,7 @@ from orchestrator.roles import trainer_jobs
 
 if TYPE_CHECKING:
     from launcher.plan import JobPlan
+    from launcher.spec import Resources
 
 # The one query the launcher makes; a stand-in (tests/nvidia_smi.py) answers exactly this.
 QUERY = ["nvidia-smi", "--query-gpu=index,uuid,memory.total", "--format=csv,noheader,nounits"]
@@ -140,17 +141,16 @@ def discover_here(path: str | None = None) -> tuple[Gpu, ...] | None:
 
 
 # ---------------------------------------------------------------------------- the asks
-def ask_of(task: str, role: str, index: int, resources: Mapping[str, object]) -> Ask:
+def ask_of(task: str, role: str, index: int, resources: Resources) -> Ask:
     """One task's Ask from its resources (resources.default overlaid with its role's):
     ``devices`` (one entry per task of the role) wins over a ``gpus`` count."""
-    share = bool(resources.get("gpu_share", False))
-    devices = resources.get("devices")
-    if isinstance(devices, (list, tuple)) and index < len(devices):
+    share = bool(resources.gpu_share)
+    devices = resources.devices
+    if devices is not None and index < len(devices):
         entry = str(devices[index])
         named = tuple(d.strip() for d in entry.split(",") if d.strip())
         return Ask(task, role, devices=named, share=share)
-    count = resources.get("gpus")
-    return Ask(task, role, count=int(count) if isinstance(count, int) else None, share=share)
+    return Ask(task, role, count=resources.gpus, share=share)
 
 
 def _sorted(asks: Iterable[Ask]) -> list[Ask]:
@@ -404,8 +404,7 @@ def describe(machines: Sequence[Machine] | None, places: bool) -> list[str]:
     return lines
 
 
-def check_backend(places: bool, backend: str, resources: Mapping[str, Mapping[str, object]]
-                  ) -> None:
+def check_backend(places: bool, backend: str, resources: Mapping[str, Resources]) -> None:
     """``devices`` and ``gpu_share`` are for the backends that place GPUs themselves;
     SpecError (exit 2) naming the first such key on another backend."""
     if places:
@@ -413,8 +412,8 @@ def check_backend(places: bool, backend: str, resources: Mapping[str, Mapping[st
     from launcher.errors import SpecError
 
     for role, res in resources.items():
-        for key in ("devices", "gpu_share"):
-            if key in res:
+        for key, value in (("devices", res.devices), ("gpu_share", res.gpu_share)):
+            if value is not None:
                 raise SpecError(f"resources.{role}.{key}", f"backend {backend!r} binds GPUs "
                                 "itself: give resources.ROLE.gpus (a count); devices and "
                                 "gpu_share are for local, ssh and docker (docs/gpus.md)")

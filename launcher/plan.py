@@ -71,7 +71,8 @@ class TaskPlan:
     def to_dict(self) -> dict:
         return {"type": self.type, "index": self.index, "host": self.host, "port": self.port,
                 "command": self.command, "env": self.env, "cwd": self.cwd,
-                "auto_port": self.auto_port, "resources": dict(self.resources), "gpus": self.gpus}
+                "auto_port": self.auto_port, "resources": self.resources.to_dict(),
+                "gpus": self.gpus}
 
 
 @dataclass

@@ -240,10 +240,11 @@ class DockerBackend(PlacesGpus, Backend):
     @staticmethod
     def _resources(task: TaskPlan) -> list[str]:
         out = []
-        if task.resources.get("cpus"):
-            out += ["--cpus", str(task.resources["cpus"])]
-        if task.resources.get("memory"):        # '4G', '2Gi' -> '4g', '2g'
-            out += ["--memory", task.resources["memory"].rstrip("i").lower()]
+        res = task.resources
+        if res.cpus:
+            out += ["--cpus", str(res.cpus)]
+        if res.memory:        # '4G', '2Gi' -> '4g', '2g'
+            out += ["--memory", res.memory.rstrip("i").lower()]
         return out
 
     # ------------------------------------------------------------------ the interface

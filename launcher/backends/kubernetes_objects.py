@@ -342,12 +342,12 @@ def container(o: KubernetesOptions, plan: JobPlan, role: str, redact: bool) -> d
     res = task.resources
     requests: dict[str, str] = {}
     limits: dict[str, str] = {}
-    if res.get("cpus"):
-        requests["cpu"] = str(res["cpus"])
-    if "memory" in res:
-        requests["memory"] = limits["memory"] = quantity(res["memory"])
-    if res.get("gpus"):
-        limits["nvidia.com/gpu"] = str(res["gpus"])
+    if res.cpus:
+        requests["cpu"] = str(res.cpus)
+    if res.memory is not None:
+        requests["memory"] = limits["memory"] = quantity(res.memory)
+    if res.gpus:
+        limits["nvidia.com/gpu"] = str(res.gpus)
     if requests or limits:
         c["resources"] = {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
     return c

@@ -142,9 +142,11 @@ class SlurmBackend(Backend, EngineJob):
     def node_srun_argv(self, tasks: list[TaskPlan], job_id: str, node: str) -> list[str]:
         """The step of a node's tasks (``steps: node``): the node agent, sized for them all
         (memory only when every task gives it)."""
-        cpus = sum(t.resources.get("cpus", 1) for t in tasks) or 1     # as the allocation
-        mem = sum(memory_mb(t.resources["memory"]) for t in tasks) \
-            if all("memory" in t.resources for t in tasks) else None
+        cpus = sum(1 if t.resources.cpus is None else t.resources.cpus
+                   for t in tasks) or 1     # as the allocation
+        memory = [t.resources.memory for t in tasks]
+        mem = sum(memory_mb(m) for m in memory if m is not None) \
+            if None not in memory else None
         python = self.options.python or probe_python(tasks[0].command)
         chdir = [f"--chdir={tasks[0].cwd}"] if tasks[0].cwd else []   # a relative Python
         return step_argv(job_id, node, "tfc-node", cpus, mem) + ["--unbuffered"] + \
@@ -307,7 +309,7 @@ class SlurmBackend(Backend, EngineJob):
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         handle = SlurmHandle(task, proc, self.job_id or "", f"{task.type}-{task.index}")
-        if task.resources.get("gpus") and proc.stdout is not None:
+        if task.resources.gpus and proc.stdout is not None:
             # what Slurm bound, into the plan's task
             handle.output = StepDevices(proc.stdout, self._plan_tasks.get(task.name, task))
         self.handles.append(handle)

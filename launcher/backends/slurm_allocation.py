@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from launcher.backends.options import option
 from launcher.errors import SpecError
@@ -79,10 +78,10 @@ def allocation_for(reservation: Reservation, o: SlurmOptions) -> Allocation:
                                             for h in labels}
     for (role, _), label in label_of.items():
         res = resources_for(reservation.resources, role)
-        per_label[label]["cpus"] += res.get("cpus", 1)
-        per_label[label]["gpus"] += res.get("gpus", 0)
-        if "memory" in res:
-            per_label[label]["mem"] += memory_mb(res["memory"])
+        per_label[label]["cpus"] += 1 if res.cpus is None else res.cpus
+        per_label[label]["gpus"] += res.gpus or 0
+        if res.memory is not None:
+            per_label[label]["mem"] += memory_mb(res.memory)
     default = reservation.resources.get("default", Resources())
     argv = [f"--job-name=tfc-{reservation.name}",
             f"--nodes={len(labels)}", "--ntasks-per-node=1",
@@ -93,8 +92,8 @@ def allocation_for(reservation: Reservation, o: SlurmOptions) -> Allocation:
         argv.append(f"--mem={mem}M")
     if gpus:
         argv.append(f"--gpus-per-node={gpus}")
-    for flag, value in (("partition", o.partition or default.get("partition")),
-                        ("time", o.time or default.get("time")),
+    for flag, value in (("partition", o.partition or default.partition),
+                        ("time", o.time or default.time),
                         ("account", o.account), ("qos", o.qos),
                         ("nodelist", o.nodelist), ("constraint", o.constraint)):
         if value:
@@ -102,21 +101,23 @@ def allocation_for(reservation: Reservation, o: SlurmOptions) -> Allocation:
     return Allocation(labels, label_of, tuple(argv))
 
 
-def _check_allocation_level(resources: Mapping[str, Mapping[str, Any]], o: SlurmOptions) -> None:
+def _check_allocation_level(resources: Mapping[str, Resources], o: SlurmOptions) -> None:
     """One allocation has one partition and one time limit: a role may not differ."""
-    for key in ("partition", "time"):
-        wanted = getattr(o, key) or resources.get("default", {}).get(key)
+    default = resources.get("default", Resources())
+    for key, given, fallback in (("partition", o.partition, default.partition),
+                                 ("time", o.time, default.time)):
+        wanted = given or fallback
         for role in ROLES:
-            value = resources.get(role, {}).get(key)
+            res = resources.get(role, Resources())
+            value = res.partition if key == "partition" else res.time
             if value is not None and value != wanted:
                 raise SpecError(f"resources.{role}.{key}",
                                 f"the Slurm backend runs every task in one allocation with "
                                 f"one {key}: set it in slurm.{key} or resources.default."
                                 f"{key}, not per role")
-    for role in ("default",) + ROLES:
-        mem = resources.get(role, {}).get("memory")
-        if mem is not None:
-            memory_mb(mem)
+    for res in resources.values():
+        if res.memory is not None:
+            memory_mb(res.memory)
 
 
 def step_argv(job_id: str, node: str, name: str, cpus: int, mem: int | None) -> list[str]:
@@ -130,10 +131,10 @@ def step_argv(job_id: str, node: str, name: str, cpus: int, mem: int | None) -> 
 def srun_argv(o: SlurmOptions, task: TaskPlan, job_id: str, node: str) -> list[str]:
     """The step of one task (``steps: task``, or a task with GPUs)."""
     res = task.resources
-    argv = step_argv(job_id, node, f"{task.type}-{task.index}", res.get("cpus", 1) or 1,
-                     memory_mb(res["memory"]) if "memory" in res else None)
-    if res.get("gpus"):
-        argv.append(f"--gpus={res['gpus']}")
+    argv = step_argv(job_id, node, f"{task.type}-{task.index}", res.cpus or 1,
+                     memory_mb(res.memory) if res.memory is not None else None)
+    if res.gpus:
+        argv.append(f"--gpus={res.gpus}")
     if task.cwd:
         argv.append(f"--chdir={task.cwd}")
     return argv + list(o.srun_args) + ["--", *task.command]
@@ -142,7 +143,7 @@ def srun_argv(o: SlurmOptions, task: TaskPlan, job_id: str, node: str) -> list[s
 def grouped(o: SlurmOptions, task: TaskPlan) -> bool:
     """Run by its node's step: ``steps: node`` and no GPUs (Slurm binds a task's GPUs to a
     step of its own)."""
-    return o.steps == "node" and not task.resources.get("gpus")
+    return o.steps == "node" and not task.resources.gpus
 
 
 @dataclass(frozen=True)

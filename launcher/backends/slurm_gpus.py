@@ -17,7 +17,7 @@ STEP_WRAPPER = ["/bin/sh", "-c", f'echo "{STEP_LINE}${{CUDA_VISIBLE_DEVICES-}}";
 def reporting_step(task: TaskPlan) -> TaskPlan:
     """The task as a Slurm step that asks for GPUs runs it: its first output line says
     which devices Slurm bound (``StepDevices`` records them); others as they are."""
-    if not task.resources.get("gpus"):
+    if not task.resources.gpus:
         return task
     return dataclasses.replace(task, command=[*STEP_WRAPPER, *task.command])
 

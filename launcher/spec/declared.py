@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterator, Mapping
 from typing import Any, Callable, TypeVar
 
 from launcher.checks import (
@@ -108,25 +107,11 @@ def parse_section(cls: type[T], raw: Any, where: str, **fixed: Any) -> T:
     return cls(**values, **fixed)
 
 
-class Keyed(Mapping[str, Any]):
+class Keyed:
     """A section of the spec as a frozen dataclass: ``to_dict()``, its given fields (those
-    not None) as plain JSON data (plan.json, --dry-run --json).
-
-    The ``Mapping`` base and its three methods are a shim: read-only access by key, as the
-    dictionaries it replaced were read (``t["kill"]``, ``res.get("cpus")``, ``"memory" in
-    res``, ``dict(...)``). It goes once the last string reads are converted to attributes
-    (``plan.timeouts.kill``)."""
+    not None) as plain JSON data (plan.json, --dry-run --json)."""
 
     def to_dict(self) -> dict[str, Any]:
         values = ((f.name, getattr(self, f.name))
                   for f in dataclasses.fields(self))  # type: ignore[arg-type]
         return {name: value for name, value in values if value is not None}
-
-    def __getitem__(self, name: str) -> Any:
-        return self.to_dict()[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.to_dict())
-
-    def __len__(self) -> int:
-        return len(self.to_dict())

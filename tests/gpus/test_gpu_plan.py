@@ -14,6 +14,7 @@ from support import fake_gpus, run_launch
 
 import launcher
 from launcher.gpus import GpuError
+from launcher.spec import Resources
 
 SPEC = {"name": "gpus", "cluster": {"chief": 1, "worker": 2, "ps": 1}, "evaluator": "localhost",
         "command": [sys.executable, "-c", "pass"], "max_steps": 10}
@@ -148,7 +149,7 @@ def test_a_slurm_step_says_which_devices_slurm_bound(tmp_path):
 
     task = TaskPlan("worker", 0, "n1", 2222, [sys.executable, "-c",
                                                "import sys; print(sys.argv[1:])", "a b", "$X"],
-                    {}, resources={"gpus": 2})
+                    {}, resources=Resources(gpus=2))
     step = reporting_step(task)
     proc = subprocess.Popen(step.command, stdout=subprocess.PIPE,
                             env={**os.environ, "CUDA_VISIBLE_DEVICES": "1,3"})
@@ -160,7 +161,7 @@ def test_a_slurm_step_says_which_devices_slurm_bound(tmp_path):
     proc.wait()
     assert task.gpus == ["1", "3"]
     assert lines == ["tfcluster: the Slurm step's CUDA_VISIBLE_DEVICES=1,3", "['a b', '$X']"]
-    cpu = TaskPlan("ps", 0, "n1", 2223, ["x"], {}, resources={})
+    cpu = TaskPlan("ps", 0, "n1", 2223, ["x"], {}, resources=Resources())
     assert reporting_step(cpu) is cpu
 
 

@@ -129,7 +129,7 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
     "launcher.gpus": (
         "a host's GPUs (nvidia-smi's query), every task's devices (a pure assignment), "
         "over-asks refused",
-        ("launcher.errors", "launcher.plan", f"{_O}.roles")),
+        ("launcher.errors", "launcher.plan", "launcher.spec", f"{_O}.roles")),
     "launcher.output": (
         "what a person sees: console, live view, progress line, closing lines, summary and "
         "task rows, metrics table, how a failed task is shown, the dry run",

@@ -13,12 +13,13 @@ import time
 from launcher.backends.node_step import NODE_STUB as STUB
 from launcher.backends.node_step import NodeStep
 from launcher.plan import TaskPlan
+from launcher.spec import Resources
 
 
 def task(name: str, command: list[str]) -> TaskPlan:
     role, index = name.split(":")
     return TaskPlan(type=role, index=int(index), host="n1", port=1, command=command,
-                    env={"TFCLUSTER_TASK": name}, cwd=None, auto_port=False, resources={},
+                    env={"TFCLUSTER_TASK": name}, cwd=None, auto_port=False, resources=Resources(),
                     raw_command=command, raw_env={})
 
 

@@ -180,7 +180,7 @@ def make_job(tmp_path, scripts, answer, **fields):
     prober = FakeProber(lambda address: answer(names[address], clock.now))
     os.makedirs(tmp_path / "run")
     events = EventLog(str(tmp_path / "run" / "events.jsonl"))
-    monitor = LivenessMonitor(plan.timeouts["unresponsive"], events, period=1, startup=5,
+    monitor = LivenessMonitor(plan.timeouts.unresponsive, events, period=1, startup=5,
                               prober=prober, clock=clock, threaded=False)
     out = Lines()
 

@@ -129,13 +129,12 @@ def test_the_spec_keys_are_the_declared_fields():
     assert SCHEMA["required"] == [f.name for f in declared(Spec) if f.metadata["required"]]
 
 
-def test_until_the_last_string_reads_go_both_answer_by_key_as_the_dicts_did():
-    """The shim (launcher/spec/declared.py ``Keyed``): it goes with the last string read."""
+def test_timeouts_and_resources_are_read_by_attribute_and_print_as_plain_json():
+    """No key access (a misspelled key is mypy's error, not a quiet default): attributes,
+    and ``to_dict()`` for plan.json with the given fields only."""
     timeouts = Timeouts(kill=2.0)
-    assert timeouts["kill"] == timeouts.get("kill", 5.0) == 2.0
-    assert dict(timeouts) == timeouts.to_dict() == {**TIMEOUT_DEFAULTS, "kill": 2.0}
+    assert timeouts.kill == 2.0 and timeouts.to_dict() == {**TIMEOUT_DEFAULTS, "kill": 2.0}
     res = Resources(cpus=2)
-    assert "cpus" in res and "memory" not in res and res.get("memory") is None
-    assert res.get("gpus", 0) == 0 and dict(res) == {"cpus": 2}
-    with pytest.raises(KeyError):
-        res["memory"]
+    assert res.cpus == 2 and res.memory is None and res.to_dict() == {"cpus": 2}
+    with pytest.raises(TypeError):
+        res["memory"]  # type: ignore[index]
