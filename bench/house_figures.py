@@ -23,7 +23,8 @@ ABSENT = "absent"
 # of its own (130 for Ctrl-C, 128+N for a signal) is counted as a map
 EXIT_NAMES = {"UsageError", "KeyboardInterrupt", "Terminated", "LauncherFailed"}
 # the remote agent's program: a module that takes names from one (its words, its checks)
-# carries the whole program along; sending it (``import remote_bootstrap``) is no such use
+# carries the whole program along; sending it (``import remote_bootstrap``, or taking the
+# stub that reads it on the far side: ``SSH_STUB``, ``NODE_STUB``) is no such use
 REMOTE_PROGRAMS = ("launcher.backends.remote_bootstrap", "launcher.backends.slurm_node",
                    "launcher.backends.agent.entry")
 TIMEOUT_READ = re.compile(r"timeouts\[|timeouts\.get\(")   # a timeout read by string key
@@ -56,7 +57,8 @@ def names_from(root: Path, path: Path, tree: ast.Module) -> set[str]:
         package = package[:-1]
     out: set[str] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
+        if isinstance(node, ast.ImportFrom) and not all(
+                alias.name.endswith("_STUB") or alias.name == "STUB" for alias in node.names):
             base = ".".join(package[:len(package) - node.level + 1]) if node.level else ""
             out.add(".".join(p for p in (base, node.module or "") if p))
     return out

@@ -239,13 +239,9 @@ class DockerBackend(PlacesGpus, Backend):
 
     @staticmethod
     def _resources(task: TaskPlan) -> list[str]:
-        out = []
-        res = task.resources
-        if res.cpus:
-            out += ["--cpus", str(res.cpus)]
-        if res.memory:        # '4G', '2Gi' -> '4g', '2g'
-            out += ["--memory", res.memory.rstrip("i").lower()]
-        return out
+        cpus, memory = task.resources.cpus, task.resources.memory   # '4G', '2Gi' -> '4g', '2g'
+        return ((["--cpus", str(cpus)] if cpus else [])
+                + (["--memory", memory.rstrip("i").lower()] if memory else []))
 
     # ------------------------------------------------------------------ the interface
     def place(self, role: str, index: int, address: Address) -> Address:

@@ -42,7 +42,7 @@ from launcher.backends.slurm_allocation import (
     StepLines,
     allocation_for,
     grouped,
-    memory_mb,
+    node_step_size,
     srun_argv,
     step_argv,
 )
@@ -142,11 +142,7 @@ class SlurmBackend(Backend, EngineJob):
     def node_srun_argv(self, tasks: list[TaskPlan], job_id: str, node: str) -> list[str]:
         """The step of a node's tasks (``steps: node``): the node agent, sized for them all
         (memory only when every task gives it)."""
-        cpus = sum(1 if t.resources.cpus is None else t.resources.cpus
-                   for t in tasks) or 1     # as the allocation
-        memory = [t.resources.memory for t in tasks]
-        mem = sum(memory_mb(m) for m in memory if m is not None) \
-            if None not in memory else None
+        cpus, mem = node_step_size(tasks)
         python = self.options.python or probe_python(tasks[0].command)
         chdir = [f"--chdir={tasks[0].cwd}"] if tasks[0].cwd else []   # a relative Python
         return step_argv(job_id, node, "tfc-node", cpus, mem) + ["--unbuffered"] + \
@@ -178,7 +174,7 @@ class SlurmBackend(Backend, EngineJob):
             steps.append(f"{srun.replace('--jobid=JOBID', '--jobid=$J')} &   # {node}: the "
                          f"node step of {len(tasks)} task(s), "
                          f"{_listed([t.name for t in tasks])}")
-            steps.append("#   its agent (launcher/backends/slurm_node.py) starts each of them "
+            steps.append("#   its agent (launcher/backends/agent/) starts each of them "
                          "in a process group of its own, with its environment (above), and "
                          "relays output and signals:")
             steps += [f"#   {task.name}: {shlex.join(task.command)}" for task in tasks]

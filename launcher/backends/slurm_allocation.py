@@ -128,6 +128,15 @@ def step_argv(job_id: str, node: str, name: str, cpus: int, mem: int | None) -> 
     return argv + ([f"--mem={mem}M"] if mem else [])
 
 
+def node_step_size(tasks: list[TaskPlan]) -> tuple[int, int | None]:
+    """A node step's CPUs and memory in MB, summed over its tasks as the allocation sums
+    them (memory only when every task gives it)."""
+    cpus = sum(1 if t.resources.cpus is None else t.resources.cpus for t in tasks) or 1
+    memory = [t.resources.memory for t in tasks]
+    return cpus, (sum(memory_mb(m) for m in memory if m is not None)
+                  if None not in memory else None)
+
+
 def srun_argv(o: SlurmOptions, task: TaskPlan, job_id: str, node: str) -> list[str]:
     """The step of one task (``steps: task``, or a task with GPUs)."""
     res = task.resources
