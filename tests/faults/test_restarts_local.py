@@ -70,8 +70,10 @@ def test_killed_worker_is_restarted_alone_and_the_job_succeeds(tmp_path):
 
 
 def test_killed_ps_restarts_the_whole_cluster_but_not_the_evaluator(tmp_path):
-    plan = {"chief": ["forever", "exit 0 after 2"], "worker": ["forever"],
-            "ps": ["kill KILL after 1", "forever"], "evaluator": ["forever"]}
+    # the chief ends the job once both workers are back (a fixed delay raced a loaded machine)
+    plan = {"chief": ["forever", "exit 0 once worker:0,worker:1 started 2"],
+            "worker": ["forever"], "ps": ["kill KILL after 1", "forever"],
+            "evaluator": ["forever"]}
     spec = write_spec(tmp_path, plan, timeouts={"kill": 2, "finish": 3, "evaluator": 1})
     done = run_launch(str(spec))
     assert done.returncode == 0, done.stderr

@@ -8,7 +8,7 @@ peer), "spawn then forever" (leaves a child in its process group), "daemon then 
 "bind-taken" (holds the port of the task named by FLAKY_STEAL, then runs forever; "bind
 after T" binds its own port like a TF server, or fails with "Address already in use";
 "bind after-steal" first waits until the port was taken), "exit 0 once worker:1 started 3"
-(waits for that). Each start appends a line to $FLAKY_DIR/<type>-<index>.starts. A ps
+(waits for that; "worker:0,worker:1" waits for both). Each start appends a line to $FLAKY_DIR/<type>-<index>.starts. A ps
 answers the launcher's gRPC probe (tests/fake_tf_server.py) from its start, except in
 "bind" mode.
 """
@@ -62,7 +62,7 @@ def starts_of(task_name: str) -> int:
 STOLEN = os.path.join(os.environ["FLAKY_DIR"], "port-stolen")
 
 if words[0] == "exit" and words[2] == "once":
-    wait_for(lambda: starts_of(words[3]) >= int(words[5]))
+    wait_for(lambda: all(starts_of(t) >= int(words[5]) for t in words[3].split(",")))
     time.sleep(0.5)
     sys.exit(int(words[1]))
 if words[0] == "exit":
