@@ -1,5 +1,5 @@
 """The agent's wire on its own (a Slurm node step's agent run here as a plain process, as
-tests/launcher/backends/test_node_step.py does): how long N short tasks take from the first
+tests/launcher/backends/test_slurm_node_step.py does): how long N short tasks take from the first
 start to the last exit through one agent, and how fast one task's output comes through its
 frames. Run it on two trees side by side to compare them:
 
@@ -17,11 +17,11 @@ import statistics
 import sys
 import time
 
-from launcher.backends.node_step import NodeStep
+from launcher.backends.slurm_node_step import NodeStep
 from launcher.plan import TaskPlan
 
 try:                                        # this tree's stub, or the one before the agent
-    from launcher.backends.node_step import NODE_STUB as STUB
+    from launcher.backends.slurm_node_step import NODE_STUB as STUB
 except ImportError:
     from launcher.backends.slurm_node import STUB  # type: ignore[no-redef]
 

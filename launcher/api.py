@@ -269,9 +269,9 @@ class Run:
         """The run's directory and state; ``on_running(state)``: once every task started."""
         run_dir = options.run_dir or default_run_dir(spec, plan.run_id, options.root)
         os.makedirs(run_dir, exist_ok=True)
-        state = open_state(run_dir, plan, options, backend=backend.name,
-                           handle=engine.run_handle(backend), attempt=engine.attempt(backend),
-                           inside_job=backend.inside_job)
+        state = open_state(run_dir, plan, backend=backend.name, handle=engine.run_handle(backend),
+                           spec_path=options.spec, root=options.root, detached=options.detach,
+                           attempt=engine.attempt(backend), inside_job=backend.inside_job)
         state.on_running = on_running
         if console is None:
             # lazy, as every run-only import here: off --dry-run (bench/lazy_imports.py)

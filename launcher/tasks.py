@@ -220,7 +220,7 @@ class Tasks:
         (``start_threads`` 0); else queued to the start pool, returning at once
         (``starting`` counts those not started yet; ``check_starts`` raises what a start or
         ``after`` raised)."""
-        threads = getattr(self.backend, "start_threads", 0)
+        threads = self.backend.start_threads
         if threads <= 0:
             for run in runs:
                 if stop():

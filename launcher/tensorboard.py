@@ -219,8 +219,7 @@ class TensorBoard:
         url = f"http://{host}:{port}/"
         tunnel = None
         if host not in LOCAL_HOSTS and not _reachable(host, port):
-            describe = getattr(self.backend, "tunnel_command", None)
-            tunnel = describe(host, port) if describe is not None else None
+            tunnel = self.backend.tunnel_command(host, port)
         self.served = dataclasses.replace(self.served, url=url, state="running", tunnel=tunnel)
         self.record(self.served.to_dict())
         self.ready.set()

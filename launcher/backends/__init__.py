@@ -6,6 +6,7 @@ test-only backend, a plug-in)."""
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -54,11 +55,20 @@ def names() -> tuple[str, ...]:
     return tuple(_REGISTRY)
 
 
-def engine_modules() -> dict[str, str]:
-    """Each engine registered by module name (the built-in ones), name -> the module of its
-    attached backend."""
-    return {name: _where(e.attached)[0] for name, e in _REGISTRY.items()
-            if isinstance(e.attached, str)}
+def engine_modules() -> dict[str, tuple[str, ...]]:
+    """Each engine registered by module name (the built-in ones), name -> every module of
+    it: its pieces' modules (the attached backend's first), then the modules of
+    launcher/backends/ named ``<engine>_*`` found on disk (its helpers: slurm_allocation,
+    ssh_copy...). The house rules (tests/launcher/test_house_rules.py) read it."""
+    here = sorted(m.name for m in pkgutil.iter_modules(__path__))
+    out = {}
+    for name, engine in _REGISTRY.items():
+        if isinstance(engine.attached, str):
+            pieces = [_where(p)[0] for p in (engine.attached, engine.submitter, engine.follower)
+                      if isinstance(p, str)]
+            helpers = [f"{__name__}.{m}" for m in here if m.startswith(f"{name}_")]
+            out[name] = tuple(dict.fromkeys(pieces + helpers))
+    return out
 
 
 def _where(entry: str) -> tuple[str, str]:

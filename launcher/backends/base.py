@@ -271,6 +271,11 @@ class Backend(ABC):
         """What ``--dry-run`` prints besides the task list (a batch script, YAML)."""
         return None
 
+    def tunnel_command(self, host: str, port: int) -> str | None:
+        """The command that makes ``host:port`` reachable from this machine (an ssh
+        tunnel), where a task's host is not; None: the backend knows none."""
+        return None
+
     def close(self) -> None:
         """Release whatever the backend holds (connections, allocations)."""
 

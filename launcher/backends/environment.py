@@ -89,7 +89,7 @@ def check_item(task, plan, hint: str = "") -> dict:
     return {"task": task.name, "program": task.command[0], "cwd": task.cwd,
             "path": task.env.get("PATH"), "port": None if task.auto_port else task.port,
             "argv": task.command, "model_dir": model_dir, "tensorboard": board, "hint": hint,
-            "keras": getattr(plan, "keras", None) if task.type in ("chief", "worker") else None,
+            "keras": plan.keras if task.type in ("chief", "worker") else None,
             "env": {k: v for k, v in task.env.items() if not k.startswith(NOT_FOR_THE_CHECK)}}
 
 

@@ -33,8 +33,6 @@ from typing import Any
 from launcher.backends.agent.words import refusal_in_words
 from launcher.backends.base import Backend, ExecWatch, ProbeResult, TaskHandle
 from launcher.backends.engine import EngineJob
-from launcher.backends.node_step import NODE_STUB as STUB
-from launcher.backends.node_step import NodeStep
 from launcher.backends.processes import ProcessHandle, dies_with_parent, free_port, task_environ
 from launcher.backends.slurm_allocation import (
     Allocation,
@@ -57,6 +55,8 @@ from launcher.backends.slurm_follow import (
     wait_ended,
 )
 from launcher.backends.slurm_gpus import StepDevices, reporting_step
+from launcher.backends.slurm_node_step import NODE_STUB as STUB
+from launcher.backends.slurm_node_step import NodeStep
 from launcher.backends.storage_check import probe_python
 from launcher.backends.watchdog import Watchdog
 from launcher.checks import Address

@@ -136,8 +136,8 @@ class SSHBackend(PlacesGpus, Backend):
 
     def _check_local_files(self) -> None:
         o = self.options
-        for key in ("identity_file", "known_hosts_file", "config_file"):
-            path = getattr(o, key)
+        for key, path in (("identity_file", o.identity_file),
+                          ("known_hosts_file", o.known_hosts_file), ("config_file", o.config_file)):
             if path and (not os.path.exists(path) or os.path.isdir(path)):
                 raise PreflightError(f"ssh.{key}: file not found: {path}")
 

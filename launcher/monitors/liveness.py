@@ -398,6 +398,6 @@ def liveness_monitor(plan, backend, events=None) -> LivenessMonitor | None:
     (Kubernetes from outside: the engine's state alone), or ``timeouts.unresponsive`` is 0
     (gRPC checks off)."""
     unresponsive = plan.timeouts.unresponsive
-    if not getattr(backend, "reachable", True) or unresponsive <= 0:
+    if not backend.reachable or unresponsive <= 0:
         return None
     return LivenessMonitor(unresponsive, events, startup=plan.timeouts.start)

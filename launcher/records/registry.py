@@ -26,6 +26,7 @@ from launcher.records.events import EventLog
 from launcher.signals import PREEMPTED
 
 if TYPE_CHECKING:
+    from launcher.plan import JobPlan
     from orchestrator.decisions import TaskState
 
 VERSION = 1
@@ -539,20 +540,22 @@ class RunLog(EventLog):
             observer(event, fields)
 
 
-def open_state(run_dir: str, plan: Any, args: Any, *, backend: str,
-               handle: dict[str, Any], attempt: int = 0, inside_job: bool = False) -> RunState:
+def open_state(run_dir: str, plan: JobPlan, *, backend: str, handle: dict[str, Any],
+               spec_path: str | None = None, root: str | None = None, detached: bool = False,
+               attempt: int = 0, inside_job: bool = False) -> RunState:
     """The state of the run the launcher starts now: new, or the next attempt of the same
     run (a requeued Slurm job runs its batch script again with the same run id).
     ``backend``: its name; ``handle``: the run's in its engine ({} without one);
-    ``attempt``: times it was started before; ``inside_job``: the launcher runs inside the
-    engine's job, whose submitting launch wrote the state first."""
-    kwargs = dict(run_id=plan.run_id, name=plan.name, backend=backend,
-                  max_steps=plan.max_steps, detached=bool(getattr(args, "detach", False)
-                                                          or inside_job),
-                  spec_path=getattr(args, "spec", None), attempt=attempt, handle=handle)
+    ``spec_path``: the spec it ran; ``root``: the run root that lists it (--root);
+    ``detached``: started by --detach; ``attempt``: times it was started before;
+    ``inside_job``: the launcher runs inside the engine's job, whose submitting launch
+    wrote the state first (a detached run too)."""
+    kwargs: dict[str, Any] = dict(
+        run_id=plan.run_id, name=plan.name, backend=backend, max_steps=plan.max_steps,
+        detached=detached or inside_job, spec_path=spec_path, attempt=attempt, handle=handle)
     resumed = attempt or inside_job     # the submitting launch wrote the state first
     state = RunState.resume(run_dir, **kwargs) if resumed else RunState(run_dir, **kwargs)
-    link_run(run_dir, plan.run_id, getattr(args, "root", None))
+    link_run(run_dir, plan.run_id, root)
     if attempt:
         keep_old_logs(run_dir, attempt)
     state.update()

@@ -46,7 +46,7 @@ class Client:
         except urllib.error.HTTPError as e:
             raise TrackingError(f"{method} {path}: HTTP {e.code} {_error_text(e)}") from None
         except (urllib.error.URLError, OSError) as e:
-            reason = getattr(e, "reason", None) or e
+            reason = (e.reason if isinstance(e, urllib.error.URLError) else None) or e
             raise TrackingError(f"{method} {path}: {reason}") from None
         try:
             doc = json.loads(text) if text.strip() else {}

@@ -4,8 +4,10 @@ table docs/architecture.md shows, generated from it: ``python
 tests/launcher/test_house_rules.py``) lists the rooms from the ground floor up and what each
 may import. Every import counts: at the top, inside functions, under TYPE_CHECKING, relative
 ones and a module's imports of its own parent package. No circle between modules, no loop
-between rooms (each names its edges), no import back up the floors; engine modules imported
-only inside launcher/backends/, orchestrator/ never imports launcher/, importing a backend
+between rooms (each names its edges), no import back up the floors; every module of an
+engine (as the registry says them) imported only inside launcher/backends/ and by no other
+engine; every module of launcher/backends/ an engine's, the agent's or a named shared
+helper; orchestrator/ never imports launcher/, importing any module of a backend
 never imports the job loop, the launcher's start-up never imports TensorFlow, a backend
 never sees the spec, a new engine is one registry line, and the unit tests mirror the code
 (every folder of tests under tests/launcher and tests/orchestrator is named like a package;
@@ -26,9 +28,16 @@ from launcher.backends import engine_modules
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("launcher", "orchestrator")
 # The engines of the registry (launcher/backends/__init__.py), read before any test
-# registers one of its own: a new engine is covered here without a line of this file.
+# registers one of its own, each with every module of it (its pieces and the
+# ``<engine>_*`` modules beside them): a new engine is covered here without a line of this
+# file.
 ENGINE_MODULES = engine_modules()
 ENGINES = tuple(ENGINE_MODULES)
+EVERY_ENGINE_MODULE = {m: name for name, ms in ENGINE_MODULES.items() for m in ms}
+# The modules of launcher/backends/ that are no engine's: shared by the engines (a new one
+# is named here, on purpose); the agent (agent/) is shared too.
+SHARED_HELPERS = ("base", "engine", "environment", "options", "processes", "storage_check",
+                  "watchdog", "workdir_sync")
 MAX_COMPLEXITY = 20     # radon's cyclomatic complexity, per function or method
 MAX_TOP_MODULES = 18          # launcher/'s top, __init__.py included
 DOC = REPO / "docs" / "architecture.md"
@@ -145,8 +154,9 @@ ROOMS: dict[str, tuple[str, tuple[str, ...]]] = {
          "launcher.signals", f"{_O}.decisions")),
     "launcher.backends": (
         "the registry (one line per engine, naming its pieces: the attached backend, the "
-        "submitter, the follower), the `Backend` interfaces, one module per engine "
-        "(local, ssh, slurm, kubernetes, docker) and their helpers: processes, the agent "
+        "submitter, the follower), the `Backend` interfaces, each engine's modules "
+        "(`<engine>.py` and its `<engine>_*.py`: local, ssh, slurm, kubernetes, docker) and "
+        "the helpers they share: processes, the agent "
         "(agent/: the one program sent to a host or a Slurm node, and its one reader), the "
         "watchdog, the environment and shared-storage checks",
         ("launcher.checks", "launcher.errors", "launcher.gpus", "launcher.model_dir",
@@ -426,9 +436,35 @@ def test_no_import_runs_back_up_the_floors():
 
 
 def test_engine_modules_are_imported_only_inside_launcher_backends():
-    engines = set(ENGINE_MODULES.values())
+    """Every module of an engine (its helpers too: slurm_follow, ssh_copy...), as the
+    registry says them."""
     assert sorted(f"{m} imports {t}" for m, ts in import_graph().items() for t in ts
-                  if t in engines and not m.startswith("launcher.backends")) == []
+                  if t in EVERY_ENGINE_MODULE and not m.startswith("launcher.backends")) == []
+
+
+def test_every_module_of_backends_is_an_engines_the_agents_or_a_shared_helper():
+    """A module of launcher/backends/ belongs to one engine (named ``<engine>.py`` or
+    ``<engine>_*.py``, or a piece its registry line names), is the agent's (agent/), or is
+    a helper named in SHARED_HELPERS: none is left over, none is two engines'."""
+    here = [m for m in module_files() if m.startswith("launcher.backends.")
+            and not m.startswith("launcher.backends.agent")]
+    shared = {f"launcher.backends.{m}" for m in SHARED_HELPERS}
+    assert sorted(m for m in here if m not in EVERY_ENGINE_MODULE and m not in shared) == []
+    assert sorted(shared - set(here)) == [], "a shared helper named here is gone"
+    assert sorted(shared & set(EVERY_ENGINE_MODULE)) == []
+    owners = [m for ms in ENGINE_MODULES.values() for m in ms]
+    assert len(owners) == len(set(owners)), "a module is two engines'"
+    assert "launcher.backends.slurm_follow" in ENGINE_MODULES["slurm"]     # the measure
+
+
+def test_an_engine_imports_no_other_engines_modules_and_the_shared_none():
+    """Engines meet only in what they share: no module of one engine imports another
+    engine's, and neither the shared helpers nor the agent import an engine's module."""
+    wrong = sorted(f"{m} imports {t}" for m, ts in import_graph().items()
+                   if m.startswith("launcher.backends.") for t in ts
+                   if t in EVERY_ENGINE_MODULE
+                   and EVERY_ENGINE_MODULE.get(m) != EVERY_ENGINE_MODULE[t])
+    assert wrong == []
 
 
 def test_engine_names_and_handle_keys_appear_only_under_launcher_backends():
@@ -467,7 +503,12 @@ def test_docs_architecture_shows_the_test_layout():
 pytestmark = pytest.mark.usefixtures("scripted_backend")
 
 
-BACKENDS = sorted(ENGINE_MODULES.values())
+# Each engine with every module of it, and the modules every engine shares (the agent's
+# included), imported together in one interpreter.
+IMPORTED_TOGETHER = {**{name: list(ms) for name, ms in ENGINE_MODULES.items()},
+                     "shared": [*(f"launcher.backends.{m}" for m in SHARED_HELPERS),
+                                *(m for m in module_files()
+                                  if m.startswith("launcher.backends.agent"))]}
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -509,9 +550,11 @@ def modules_after_import(*names: str) -> set[str]:
     return set(json.loads(done.stdout))
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_importing_a_backend_does_not_import_the_job_loop(backend):
-    loaded = modules_after_import(backend)
+@pytest.mark.parametrize("engine", IMPORTED_TOGETHER)
+def test_importing_a_backend_does_not_import_the_job_loop(engine):
+    """Any module of an engine (its submitter, its follower, its helpers) or a shared one."""
+    loaded = modules_after_import(*IMPORTED_TOGETHER[engine])
+    assert set(IMPORTED_TOGETHER[engine]) <= loaded
     assert not loaded & {"launcher.job", "launcher.monitors.coordinator", "launcher.cli"}
     assert "tensorflow" not in loaded
 

@@ -98,16 +98,14 @@ def test_a_run_started_in_a_specs_run_dir_is_listed_in_the_run_root(tmp_path, mo
     plan = SimpleNamespace(run_id="job-3333", name="job", max_steps=10)
     run_dir = tmp_path / "spec-runs" / "job-3333"
     run_dir.mkdir(parents=True)
-    open_state(str(run_dir), plan, SimpleNamespace(detach=True, spec=None),
-               backend="local", handle={})
+    open_state(str(run_dir), plan, backend="local", handle={}, detached=True)
     assert [s["run_id"] for _, s in list_runs()] == ["job-3333"]
     assert os.path.samefile(find_run("job-3333"), run_dir)
     # --root ROOT with --run-dir elsewhere: that root lists it
     own, other = tmp_path / "x" / "run", tmp_path / "other-root"
     own.mkdir(parents=True)
     open_state(str(own), SimpleNamespace(run_id="job-4444", name="job", max_steps=10),
-               SimpleNamespace(detach=False, spec=None, root=str(other)), backend="local",
-               handle={})
+               backend="local", handle={}, root=str(other))
     assert os.path.samefile(find_run("job-4444", str(other)), own)
 
 

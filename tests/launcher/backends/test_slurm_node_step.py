@@ -1,6 +1,6 @@
 """The Slurm node step's agent (launcher/backends/agent/, entry ``serve``) as a plain
 process here, without Slurm: what srun would run on a node, fed by the launcher's side
-(node_step.py).
+(slurm_node_step.py).
 Fast; the real steps are in tests/slurm/test_slurm_backend.py."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import signal
 import sys
 import time
 
-from launcher.backends.node_step import NODE_STUB as STUB
-from launcher.backends.node_step import NodeStep
+from launcher.backends.slurm_node_step import NODE_STUB as STUB
+from launcher.backends.slurm_node_step import NodeStep
 from launcher.plan import TaskPlan
 from launcher.spec import Resources
 
