@@ -27,7 +27,14 @@ with strategy.scope():
     step = tf.Variable(0, dtype=tf.int64, name="step",
                        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
 checkpoint = tf.train.Checkpoint(w=w, step=step)
-manager = tf.train.CheckpointManager(checkpoint, MODEL_DIR, max_to_keep=3)
+# every worker saves (a collective); only the chief's copy goes to model_dir, the others' to a
+# folder of their own, as TensorFlow's multi-worker guide writes it (one directory for all
+# raced: a worker merged the shards the chief was renaming)
+writes = resolver.task_type == "chief" or (resolver.task_type == "worker" and resolver.task_id == 0
+                                           and "chief" not in resolver.cluster_spec().jobs)
+manager = tf.train.CheckpointManager(
+    checkpoint, MODEL_DIR if writes else os.path.join(MODEL_DIR, f"workertemp_{resolver.task_id}"),
+    max_to_keep=3)
 handler = tf.distribute.experimental.PreemptionCheckpointHandler(resolver, manager)
 if manager.latest_checkpoint:
     checkpoint.restore(manager.latest_checkpoint)
@@ -39,7 +46,10 @@ def train_step(batch):
         with tf.GradientTape() as tape:
             loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(
                 labels[:, None], tf.matmul(features, w)))
-        w.assign_sub(0.1 * tape.gradient(loss, w))
+        # the gradient averaged over the workers, as an optimizer does: the workers step
+        # together (without it each trained on its own, apart once one was slower)
+        grad = tf.distribute.get_replica_context().all_reduce("MEAN", tape.gradient(loss, w))
+        w.assign_sub(0.1 * grad)
         step.assign_add(1)
         return loss
     return strategy.run(one, args=batch)
