@@ -9,8 +9,8 @@ peer), "spawn then forever" (leaves a child in its process group), "daemon then 
 after T" binds its own port like a TF server, or fails with "Address already in use";
 "bind after-steal" first waits until the port was taken), "exit 0 once worker:1 started 3"
 (waits for that; "worker:0,worker:1" waits for both). Each start appends a line to
-$FLAKY_DIR/<type>-<index>.starts. A ps answers the launcher's gRPC probe (tests/fake_tf_server.py) from its start, except in
-"bind" mode.
+$FLAKY_DIR/<type>-<index>.starts. A ps answers the launcher's gRPC probe
+(tests/fake_tf_server.py) from its start, except in "bind" mode.
 """
 
 import json
