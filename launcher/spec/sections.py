@@ -39,7 +39,8 @@ class TensorBoardSettings:
     """``"tensorboard": true`` or ``{"port": N}``: TensorBoard on model_dir with the run
     (launcher/tensorboard.py); port None: a free one."""
 
-    port: int | None = None
+    port: int | None = key({"type": "integer", "minimum": 1, "maximum": 65535}, "", None,
+                           nullable=True)
 
 
 def _checked(problem_of: Callable[[str], str | None]) -> Callable[[Any, str], str]:
@@ -195,13 +196,7 @@ def parse_tensorboard(raw: Any, where: str = "tensorboard") -> TensorBoardSettin
     if not isinstance(raw, dict):
         raise fail(where, 'must be true, false or {"port": N}, got '
                           f"{type_name(raw)}")
-    check_keys(raw, ("port",), where)
-    port = raw.get("port")
-    if port is not None:
-        port = expect_int(port, f"{where}.port")
-        if port > 65535:
-            raise fail(f"{where}.port", f"must be at most 65535, got {port}")
-    return TensorBoardSettings(port)
+    return parse_section(TensorBoardSettings, raw, where)
 
 
 def parse_tracking(raw: Any, where: str = "tracking") -> MlflowSettings | None:
