@@ -46,15 +46,15 @@ def key(schema: dict[str, Any], description: str = "", default: Any = dataclasse
         required: str | None = None, factory: Callable[[], Any] | None = None,
         hand: bool = False, check: Callable[[Any, str], Any] | None = None,
         nullable: bool = False) -> Any:
-    """A dataclass field that is one key of the spec. ``schema``: its JSON Schema (the
-    value's checks come from it: type, minimum, maximum, exclusiveMinimum, pattern, enum);
-    ``parse(value, where)`` replaces those checks where a key needs its own (``word``,
-    ``user_path``, ``flags``...: the kinds of string below); ``check(value, where)``: a rule
-    of the key's own, after those checks, returning the value to keep; ``problem``: the
-    error for a value that misses its pattern or enum; ``required``: the key must be
-    given, and this says what it is; ``factory``: a default made anew each time;
-    ``hand``: its rules read other keys, so it is parsed by hand where its section is;
-    ``nullable``: a null given is the default."""
+    """A dataclass field that is one key of the spec or of a backend's options.
+    ``schema``: its JSON Schema (the value's checks come from it: type, minimum, maximum,
+    exclusiveMinimum, pattern, enum); ``parse(value, where)`` replaces those checks where a
+    key needs its own (``word``, ``user_path``, ``flags``...: the kinds of string below);
+    ``check(value, where)``: a rule of the key's own, after those checks, returning the
+    value to keep; ``problem``: the error for a value that misses its pattern or enum;
+    ``required``: the key must be given, and this says what it is; ``factory``: a default
+    made anew each time; ``hand``: its rules read other keys, so it is parsed by hand where
+    its section is; ``nullable``: a null given is the default."""
     meta = {"schema": schema, "description": description, "parse": parse,
             "problem": problem, "required": required, "hand": hand, "check": check,
             "nullable": nullable,
