@@ -1,6 +1,6 @@
 """The spec's JSON Schema, cluster_specs/schema.json, made from the declarations: the core
 spec's (launcher/spec/: ``FIELDS``, from ``Spec``'s declared fields) and each registered
-backend's options (launcher/backends/options.py). ``python -m launcher.schema
+backend's options, declared the same way (launcher/spec/declared.py). ``python -m launcher.schema
 cluster_specs/schema.json`` writes the file; a test checks that it is current."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import sys
 from typing import Any
 
 from launcher.backends import backend_class, names
-from launcher.backends.options import schema
 from launcher.spec import DEFS, DEPENDENT_REQUIRED, FIELDS, REQUIRED
+from launcher.spec.declared import section_schema
 
 HEAD = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -31,8 +31,8 @@ def spec_schema() -> dict[str, Any]:
     for name in names():
         cls = backend_class(name)
         if cls.OPTIONS is not None:
-            props[name] = schema(cls.OPTIONS, f"Options of the {name} backend "
-                                              f"(docs/{name}.md).")
+            props[name] = section_schema(cls.OPTIONS, f"Options of the {name} backend "
+                                                      f"(docs/{name}.md).")
     return {**HEAD, "type": "object", "additionalProperties": False,
             "required": list(REQUIRED), "properties": props,
             "dependentRequired": DEPENDENT_REQUIRED, "$defs": DEFS}

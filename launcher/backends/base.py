@@ -180,7 +180,7 @@ class Backend(ABC):
 
     name: ClassVar[str]
     # The spec section named like the backend: a dataclass of options declared with
-    # launcher.backends.options.option (None: the backend takes no options).
+    # launcher.spec.declared.key (None: the backend takes no options).
     OPTIONS: ClassVar[type | None] = None
     # Threads that start tasks off the job loop's thread (launcher/tasks.py); 0: one after
     # another on the loop's thread (``start`` need not be thread-safe).
@@ -218,9 +218,9 @@ class Backend(ABC):
         """This backend's section of the spec (``ssh``, ``slurm``...) as its ``OPTIONS``;
         SpecError naming the field when it is wrong."""
         if cls.OPTIONS is not None:
-            from launcher.backends.options import parse
+            from launcher.spec.declared import parse_section
 
-            return parse(cls.OPTIONS, raw, field)
+            return parse_section(cls.OPTIONS, {} if raw is None else raw, field)
         if raw:
             from launcher.errors import SpecError
 

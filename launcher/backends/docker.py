@@ -45,12 +45,12 @@ from launcher.backends.base import Backend, ExecWatch, PlacesGpus, ProbeResult, 
 from launcher.backends.docker_gpus import docker_args, docker_runtime_problem
 from launcher.backends.docker_reaper import CALL_TIMEOUT, LABEL, Reaper
 from launcher.backends.environment import check_programs_by_probe
-from launcher.backends.options import option
 from launcher.backends.processes import dies_with_parent, free_port, port_taken, task_environ
 from launcher.checks import Address
 from launcher.errors import PreflightError, SpecError
 from launcher.model_dir import ModelDir
 from launcher.plan import IMAGE_SITE, JobPlan, NoticeRoute, TaskPlan
+from launcher.spec.declared import STRING, STRINGS, key, word, words
 
 DEFAULT_IMAGE = "tfcluster:tf2.15"
 HOST_NETWORK = "host"
@@ -116,15 +116,15 @@ def _network(value: str, where: str) -> str:
 class DockerOptions:
     """The spec's ``docker`` section."""
 
-    image: str = option(DEFAULT_IMAGE, "word", doc="every task's image (docker/Dockerfile)")
-    volumes: tuple[Mount, ...] = option(
-        (), "names", check=_mounts,
-        doc="SOURCE:TARGET[:ro] mounted into every task: an absolute SOURCE is a folder "
-            "here (a bind mount), any other a named volume")
-    network: str = option(HOST_NETWORK, "word", check=_network,
-                          doc="'host', or a user-defined network (made for the run when "
-                              "missing): tasks reach each other by their host names")
-    docker: str = option("docker", "word", doc="the docker CLI")
+    image: str = key(STRING, "every task's image (docker/Dockerfile)", DEFAULT_IMAGE,
+                     parse=word)
+    volumes: tuple[Mount, ...] = key(
+        STRINGS, "SOURCE:TARGET[:ro] mounted into every task: an absolute SOURCE is a folder "
+        "here (a bind mount), any other a named volume", (), parse=words, check=_mounts)
+    network: str = key(STRING, "'host', or a user-defined network (made for the run when "
+                       "missing): tasks reach each other by their host names", HOST_NETWORK,
+                       parse=word, check=_network)
+    docker: str = key(STRING, "the docker CLI", "docker", parse=word)
 
 
 def exit_status(code: int) -> int:

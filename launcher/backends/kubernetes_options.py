@@ -9,8 +9,8 @@ import re
 import subprocess
 from dataclasses import dataclass
 
-from launcher.backends.options import option
 from launcher.errors import PreflightError, SpecError
+from launcher.spec.declared import STRING, STRINGS, key, line, lines, words
 
 MODES = ("tfjob", "plain", "jobset")
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
@@ -77,30 +77,32 @@ def _object_names(values: list[str], where: str) -> list[str]:
 class KubernetesOptions:
     """The spec's ``kubernetes`` section."""
 
-    image: str = option("tfcluster:tf2.15", "str", check=_no_spaces, doc="every pod's image")
-    namespace: str = option("default", "str", check=_dns_label)
-    mode: str = option("tfjob", "choice", choices=MODES,
-                       doc="jobset (JobSet, maintained: the one to pick), tfjob (Kubeflow's "
-                           "TFJob, training-operator v1.9, unmaintained) or plain (indexed "
-                           "Jobs and Services)")
-    service_account: str | None = option(None, "str", check=_dns_label)
-    image_pull_policy: str = option("IfNotPresent", "choice", choices=PULL_POLICIES)
-    port: int = option(2222, "int", maximum=65535, doc="every task's port")
-    context: str | None = option(None, "str", check=_no_spaces, doc="kubectl context")
-    kubectl: str = option("kubectl", "str", check=_no_spaces, doc="the kubectl program")
-    node_selector: dict[str, str] = option({}, "map")
-    image_pull_secrets: list[str] = option([], "names", check=_object_names)
-    env_from_secrets: list[str] = option([], "names", check=_object_names)
-    ttl_seconds_after_finished: int = option(3600, "int", minimum=0)
-    queue: str | None = option(None, "str", check=_dns_label,
-                               doc="Kueue's LocalQueue: the kueue.x-k8s.io/queue-name label; "
-                                   "the job is created suspended and Kueue starts it once "
-                                   "admitted")
-    priority_class: str | None = option(None, "str", check=_dns_label,
-                                        doc="every pod's PriorityClass (priorityClassName)")
-    pod_group: str | None = option(None, "choice", choices=(None, *POD_GROUPS),
-                                   doc="gang scheduling: a PodGroup of every task for "
-                                       "volcano or coscheduling (scheduler-plugins)")
+    image: str = key(STRING, "every pod's image", "tfcluster:tf2.15", parse=line,
+                     check=_no_spaces)
+    namespace: str = key(STRING, "", "default", parse=line, check=_dns_label)
+    mode: str = key({"enum": list(MODES)}, "jobset (JobSet, maintained: the one to pick), "
+                    "tfjob (Kubeflow's TFJob, training-operator v1.9, unmaintained) or plain "
+                    "(indexed Jobs and Services)", "tfjob")
+    service_account: str | None = key(STRING, "", None, parse=line, check=_dns_label)
+    image_pull_policy: str = key({"enum": list(PULL_POLICIES)}, "", "IfNotPresent")
+    port: int = key({"type": "integer", "minimum": 1, "maximum": 65535}, "every task's port",
+                    2222)
+    context: str | None = key(STRING, "kubectl context", None, parse=line, check=_no_spaces)
+    kubectl: str = key(STRING, "the kubectl program", "kubectl", parse=line, check=_no_spaces)
+    node_selector: dict[str, str] = key({"type": "object"}, "", factory=dict, parse=lines)
+    image_pull_secrets: list[str] = key(STRINGS, "", factory=list, parse=words,
+                                        check=_object_names)
+    env_from_secrets: list[str] = key(STRINGS, "", factory=list, parse=words,
+                                      check=_object_names)
+    ttl_seconds_after_finished: int = key({"type": "integer", "minimum": 0}, "", 3600)
+    queue: str | None = key(STRING, "Kueue's LocalQueue: the kueue.x-k8s.io/queue-name "
+                            "label; the job is created suspended and Kueue starts it once "
+                            "admitted", None, parse=line, check=_dns_label)
+    priority_class: str | None = key(STRING, "every pod's PriorityClass (priorityClassName)",
+                                     None, parse=line, check=_dns_label)
+    pod_group: str | None = key({"enum": [None, *POD_GROUPS]}, "gang scheduling: a PodGroup "
+                                "of every task for volcano or coscheduling "
+                                "(scheduler-plugins)", None)
 
 
 

@@ -9,10 +9,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from launcher.backends.options import option
 from launcher.errors import SpecError
 from launcher.plan import Reservation, TaskPlan
 from launcher.spec import ROLES, Resources, resources_for
+from launcher.spec.declared import STRING, STRINGS, flags, key, line, word
 
 DEFAULT_SIGNAL_LEAD = 120          # seconds before the time limit for the warning signal
 _UNITS_MB = {"": 1, "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
@@ -22,24 +22,25 @@ _UNITS_MB = {"": 1, "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
 class SlurmOptions:
     """The spec's ``slurm`` section."""
 
-    partition: str | None = option(None, "word", doc="the allocation's partition")
-    account: str | None = option(None, "word", doc="account to charge")
-    qos: str | None = option(None, "word", doc="quality of service")
-    time: str | None = option(None, "word", doc="time limit of the allocation")
-    nodelist: str | None = option(None, "word", doc="nodes to run on")
-    constraint: str | None = option(None, "word", doc="node features required")
-    allocation_timeout: float | None = option(None, "number", minimum=1,
-                                              doc="seconds to wait for the allocation")
-    salloc_args: list[str] = option([], "args", doc="more salloc options (--name=value)")
-    srun_args: list[str] = option([], "args", doc="more srun options (--name=value)")
-    signal_lead: int = option(DEFAULT_SIGNAL_LEAD, "int", minimum=1,
-                              doc="--detach: the warning signal this many seconds before "
-                                  "the time limit")
-    steps: str = option("node", "choice", choices=("node", "task"),
-                        doc="node: one job step per node runs that node's tasks (a task "
-                            "with GPUs keeps its own step); task: one step per task")
-    python: str | None = option(None, "str", doc="the node step's interpreter (default: "
-                                                 "the task's own Python, else python3)")
+    partition: str | None = key(STRING, "the allocation's partition", None, parse=word)
+    account: str | None = key(STRING, "account to charge", None, parse=word)
+    qos: str | None = key(STRING, "quality of service", None, parse=word)
+    time: str | None = key(STRING, "time limit of the allocation", None, parse=word)
+    nodelist: str | None = key(STRING, "nodes to run on", None, parse=word)
+    constraint: str | None = key(STRING, "node features required", None, parse=word)
+    allocation_timeout: float | None = key({"type": "number", "minimum": 1},
+                                           "seconds to wait for the allocation", None)
+    salloc_args: list[str] = key(STRINGS, "more salloc options (--name=value)", factory=list,
+                                 parse=flags)
+    srun_args: list[str] = key(STRINGS, "more srun options (--name=value)", factory=list,
+                               parse=flags)
+    signal_lead: int = key({"type": "integer", "minimum": 1}, "--detach: the warning signal "
+                           "this many seconds before the time limit", DEFAULT_SIGNAL_LEAD)
+    steps: str = key({"enum": ["node", "task"]}, "node: one job step per node runs that "
+                     "node's tasks (a task with GPUs keeps its own step); task: one step per "
+                     "task", "node")
+    python: str | None = key(STRING, "the node step's interpreter (default: the task's own "
+                             "Python, else python3)", None, parse=line)
 
 
 def memory_mb(text: str) -> int:
@@ -104,17 +105,17 @@ def allocation_for(reservation: Reservation, o: SlurmOptions) -> Allocation:
 def _check_allocation_level(resources: Mapping[str, Resources], o: SlurmOptions) -> None:
     """One allocation has one partition and one time limit: a role may not differ."""
     default = resources.get("default", Resources())
-    for key, given, fallback in (("partition", o.partition, default.partition),
-                                 ("time", o.time, default.time)):
+    for name, given, fallback in (("partition", o.partition, default.partition),
+                                  ("time", o.time, default.time)):
         wanted = given or fallback
         for role in ROLES:
             res = resources.get(role, Resources())
-            value = res.partition if key == "partition" else res.time
+            value = res.partition if name == "partition" else res.time
             if value is not None and value != wanted:
-                raise SpecError(f"resources.{role}.{key}",
+                raise SpecError(f"resources.{role}.{name}",
                                 f"the Slurm backend runs every task in one allocation with "
-                                f"one {key}: set it in slurm.{key} or resources.default."
-                                f"{key}, not per role")
+                                f"one {name}: set it in slurm.{name} or resources.default."
+                                f"{name}, not per role")
     for res in resources.values():
         if res.memory is not None:
             memory_mb(res.memory)

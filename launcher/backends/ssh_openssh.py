@@ -23,10 +23,10 @@ from typing import IO, Any
 import psutil
 
 from launcher.backends.agent.entry import SSH_STUB
-from launcher.backends.options import option
 from launcher.backends.processes import dies_with_parent
 from launcher.checks import expect_str
 from launcher.errors import SpecError
+from launcher.spec.declared import STRING, key, line, lines, user_path
 
 # OpenSSH options the backend sets itself or that have their own key in the ssh section.
 RESERVED = {"batchmode": "", "stricthostkeychecking": "strict_host_key_checking",
@@ -67,26 +67,27 @@ def _openssh_options(extra: dict[str, Any], where: str) -> dict[str, str]:
 class SSHOptions:
     """The spec's ``ssh`` section."""
 
-    user: str | None = option(None, "str", check=_user_name, doc="remote user name")
-    port: int | None = option(None, "int", maximum=65535, doc="sshd port of every host")
-    identity_file: str | None = option(None, "path", doc="private key file")
-    known_hosts_file: str | None = option(None, "path", doc="known_hosts file")
-    strict_host_key_checking: bool | str = option(
-        True, "choice", choices=(True, False, "accept-new"),
-        message='must be true, false or "accept-new"', doc="host-key checking (on by default)")
-    connect_timeout: float = option(10.0, "number", minimum=1, doc="seconds to connect")
-    config_file: str | None = option(None, "path", doc="an ssh_config file")
-    options: dict[str, str] = option({}, "map", check=_openssh_options,
-                                     doc="more OpenSSH options (-o NAME=VALUE)")
-    python: str | None = option(None, "str", doc="the remote bootstrap's interpreter")
-    multiplex: bool = option(True, "bool", doc="a master connection (ControlMaster) per host")
-    sync: bool | str = option(
-        False, "choice", choices=(False, True, "force"), message='must be true, false or "force"',
-        doc="copy the workdir to every host before any task starts (\"force\": above the "
-            "size limit too)")
-    sync_dir: str = option("~/.cache/tfcluster/sync", "str",
-                           doc="where each host keeps the copies (relative: to the login "
-                               "directory)")
+    user: str | None = key(STRING, "remote user name", None, parse=line, check=_user_name)
+    port: int | None = key({"type": "integer", "minimum": 1, "maximum": 65535},
+                           "sshd port of every host", None)
+    identity_file: str | None = key(STRING, "private key file", None, parse=user_path)
+    known_hosts_file: str | None = key(STRING, "known_hosts file", None, parse=user_path)
+    strict_host_key_checking: bool | str = key(
+        {"enum": [True, False, "accept-new"]}, "host-key checking (on by default)", True,
+        problem='must be true, false or "accept-new"')
+    connect_timeout: float = key({"type": "number", "minimum": 1}, "seconds to connect", 10.0)
+    config_file: str | None = key(STRING, "an ssh_config file", None, parse=user_path)
+    options: dict[str, str] = key({"type": "object"}, "more OpenSSH options (-o NAME=VALUE)",
+                                  factory=dict, parse=lines, check=_openssh_options)
+    python: str | None = key(STRING, "the remote bootstrap's interpreter", None, parse=line)
+    multiplex: bool = key({"type": "boolean"}, "a master connection (ControlMaster) per host",
+                          True)
+    sync: bool | str = key(
+        {"enum": [False, True, "force"]}, "copy the workdir to every host before any task "
+        "starts (\"force\": above the size limit too)", False,
+        problem='must be true, false or "force"')
+    sync_dir: str = key(STRING, "where each host keeps the copies (relative: to the login "
+                        "directory)", "~/.cache/tfcluster/sync", parse=line)
 
 
 

@@ -101,8 +101,7 @@ class Spec:
     tensorboard: TensorBoardSettings | None = key(
         {"oneOf": [{"type": "boolean"},
                    {"type": "object", "additionalProperties": False,
-                    "properties": {"port": {"type": "integer", "minimum": 1,
-                                            "maximum": 65535}}}]},
+                    "properties": properties(TensorBoardSettings)}]},
         "TensorBoard on model_dir with the run, on the chief's host (local, ssh) or this "
         "machine; its URL is printed and shown by launch status; it ends with the run "
         "(docs/tensorboard.md).", None, parse=parse_tensorboard)

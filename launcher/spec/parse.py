@@ -28,7 +28,7 @@ from launcher.spec.sections import parse_roles
 def validate(raw: Any, source: str | None = None, *, backends: Sequence[str]) -> Spec:
     """Validate a decoded JSON document; return a Spec. ``backends``: the names of the
     registered backends, each also the key of its options section (checked by the backend
-    itself, launcher/backends/options.py). The keys declared without rules between them
+    itself, declared with key() as the spec is). The keys declared without rules between them
     are checked as declared (``Spec``'s fields); the others here, in order."""
     backends = tuple(backends)
     spec_obj = expect_dict(raw, "spec")

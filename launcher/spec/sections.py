@@ -13,7 +13,6 @@ from launcher.checks import (
     expect_argv,
     expect_dict,
     expect_int,
-    expect_number,
     expect_str,
     experiment_problem,
     fail,
@@ -39,7 +38,8 @@ class TensorBoardSettings:
     """``"tensorboard": true`` or ``{"port": N}``: TensorBoard on model_dir with the run
     (launcher/tensorboard.py); port None: a free one."""
 
-    port: int | None = None
+    port: int | None = key({"type": "integer", "minimum": 1, "maximum": 65535}, "", None,
+                           nullable=True)
 
 
 def _checked(problem_of: Callable[[str], str | None]) -> Callable[[Any, str], str]:
@@ -117,14 +117,28 @@ class RoleSettings:
 
 ROLE_FIELDS = properties(RoleSettings)
 ROLE_KEYS = tuple(f.name for f in declared(RoleSettings))  # what "roles": {ROLE: {...}} sets
-RESTART_FIELDS: dict[str, dict[str, Any]] = {
-    "policy": {"enum": list(POLICIES), "description": "when a task of the role restarts"},
-    "max_restarts": {"type": "integer", "minimum": 0,
-                     "description": "restarts before the role's loss ends the job (default "
-                                    "3, never: 0)"},
-    "backoff": {"type": "number", "minimum": 0,
-                "description": "seconds before a restart (default 1)"},
-}
+
+
+def _policy(value: str, where: str) -> str:
+    if value not in POLICIES:
+        raise fail(where, f"must be one of {', '.join(POLICIES)}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class RestartSettings:
+    """One role's ``restart`` entry as given (a bare string is its policy). None: left
+    out; its default depends on the role and the policy, so ``parse_restart`` fills it."""
+
+    policy: str | None = key({"enum": list(POLICIES)}, "when a task of the role restarts",
+                             None, parse=expect_str, check=_policy)
+    max_restarts: int | None = key({"type": "integer", "minimum": 0}, "restarts before the "
+                                   "role's loss ends the job (default 3, never: 0)", None)
+    backoff: float | None = key({"type": "number", "minimum": 0},
+                                "seconds before a restart (default 1)", None)
+
+
+RESTART_FIELDS = properties(RestartSettings)
 
 
 def parse_roles(raw: Any, cluster: dict[str, list[Address]], evaluator: Address | None,
@@ -171,18 +185,14 @@ def parse_restart(raw: Any, where: str = "restart") -> dict[str, RestartPolicy]:
     out = {}
     for role, value in restart.items():
         at = f"{where}.{role}"
-        if isinstance(value, str):
-            value = {"policy": value}
-        pol = expect_dict(value, at)
-        check_keys(pol, tuple(RESTART_FIELDS), at)
-        policy = expect_str(pol.get("policy", ON_FAILURE), f"{at}.policy")
-        if policy not in POLICIES:
-            raise fail(f"{at}.policy", f"must be one of {', '.join(POLICIES)}, "
-                                        f"got {policy!r}")
-        default_max = 0 if policy == NEVER else DEFAULTS[role].max_restarts
-        max_restarts = expect_int(pol.get("max_restarts", default_max), f"{at}.max_restarts",
-                                  minimum=0)
-        backoff = expect_number(pol.get("backoff", DEFAULTS[role].backoff), f"{at}.backoff")
+        given = parse_section(RestartSettings,
+                              {"policy": value} if isinstance(value, str) else value, at)
+        policy = given.policy or ON_FAILURE
+        default = DEFAULTS[role]
+        max_restarts = given.max_restarts
+        if max_restarts is None:
+            max_restarts = 0 if policy == NEVER else default.max_restarts
+        backoff = default.backoff if given.backoff is None else given.backoff
         out[role] = RestartPolicy(policy, max_restarts, backoff)
     return out
 
@@ -195,13 +205,7 @@ def parse_tensorboard(raw: Any, where: str = "tensorboard") -> TensorBoardSettin
     if not isinstance(raw, dict):
         raise fail(where, 'must be true, false or {"port": N}, got '
                           f"{type_name(raw)}")
-    check_keys(raw, ("port",), where)
-    port = raw.get("port")
-    if port is not None:
-        port = expect_int(port, f"{where}.port")
-        if port > 65535:
-            raise fail(f"{where}.port", f"must be at most 65535, got {port}")
-    return TensorBoardSettings(port)
+    return parse_section(TensorBoardSettings, raw, where)
 
 
 def parse_tracking(raw: Any, where: str = "tracking") -> MlflowSettings | None:

@@ -1,6 +1,6 @@
-"""The spec's JSON Schema (made from the declarations: the core spec's, each backend's options,
-launcher/backends/options.py) agrees with the parser on the example specs and on typical
-mistakes."""
+"""The spec's JSON Schema (made from the declarations, launcher/spec/declared.py's key(): the
+core spec's and each backend's options) agrees with the parser on the example specs and on
+typical mistakes."""
 
 from __future__ import annotations
 
@@ -120,10 +120,10 @@ def test_the_parser_takes_the_declared_keys_and_defaults():
 @pytest.mark.parametrize("section", ["ssh", "slurm", "kubernetes"])
 def test_schema_lists_each_backend_sections_keys(section):
     from launcher.backends import backend_class
-    from launcher.backends.options import keys
+    from launcher.spec.declared import declared
 
     allowed = SCHEMA["properties"][section]["properties"]
-    assert sorted(allowed) == sorted(keys(backend_class(section).OPTIONS))
+    assert sorted(allowed) == sorted(f.name for f in declared(backend_class(section).OPTIONS))
     assert not VALIDATOR.is_valid({"cluster": {"worker": 1}, "model_dir": "m",
                                    section: {"no_such_option": 1}})
 

@@ -21,8 +21,10 @@ from launcher.spec import (
     Timeouts,
     resources_for,
 )
-from launcher.spec.declared import declared
+from launcher.spec.declared import declared, properties
+from launcher.spec.sections import RestartSettings
 from orchestrator import preemption
+from orchestrator.policies import RestartPolicy
 
 REPO = Path(__file__).resolve().parents[3]
 SCHEMA = json.loads((REPO / "cluster_specs" / "schema.json").read_text())
@@ -138,3 +140,30 @@ def test_timeouts_and_resources_are_read_by_attribute_and_print_as_plain_json():
     assert res.cpus == 2 and res.memory is None and res.to_dict() == {"cpus": 2}
     with pytest.raises(TypeError):
         res["memory"]  # type: ignore[index]
+
+
+@pytest.mark.parametrize("given, expected", [
+    ("never", RestartPolicy("never", 0, 1.0)),
+    ({"policy": "never", "max_restarts": 2}, RestartPolicy("never", 2, 1.0)),
+    ({"backoff": 3}, RestartPolicy("on-failure", 3, 3.0)),
+])
+def test_restart_is_declared_and_fills_what_is_left_out_by_role_and_policy(given, expected):
+    """``restart.ROLE``'s keys are declared (``RestartSettings``): the schema's entry is
+    their properties; what a spec leaves out is the role's default (never: no restarts)."""
+    assert SCHEMA["$defs"]["restart"]["oneOf"][1]["properties"] == \
+        properties(RestartSettings)
+    assert spec_of(restart={"ps": given}).restart["ps"] == expected
+
+
+@pytest.mark.parametrize("given, error", [
+    ({"policy": 3}, "restart.ps.policy: must be a string, got an integer"),
+    ("sometimes", "restart.ps.policy: must be one of never, on-failure, always, "
+                  "got 'sometimes'"),
+    ({"max_restarts": None}, "restart.ps.max_restarts: must be an integer, got null"),
+    ({"retries": 1}, "restart.ps.retries: unknown key (allowed: backoff, max_restarts, "
+                     "policy)"),
+])
+def test_a_bad_restart_entry_gets_its_one_line(given, error):
+    with pytest.raises(SpecError) as raised:
+        spec_of(restart={"ps": given})
+    assert str(raised.value) == error
