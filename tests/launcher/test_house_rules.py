@@ -36,8 +36,8 @@ ENGINES = tuple(ENGINE_MODULES)
 EVERY_ENGINE_MODULE = {m: name for name, ms in ENGINE_MODULES.items() for m in ms}
 # The modules of launcher/backends/ that are no engine's: shared by the engines (a new one
 # is named here, on purpose); the agent (agent/) is shared too.
-SHARED_HELPERS = ("base", "engine", "environment", "options", "processes", "storage_check",
-                  "watchdog", "workdir_sync")
+SHARED_HELPERS = ("base", "engine", "environment", "processes", "storage_check", "watchdog",
+                  "workdir_sync")
 MAX_COMPLEXITY = 20     # radon's cyclomatic complexity, per function or method
 MAX_TOP_MODULES = 18          # launcher/'s top, __init__.py included
 DOC = REPO / "docs" / "architecture.md"
