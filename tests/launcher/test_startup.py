@@ -53,7 +53,11 @@ if "--atexit" in sys.argv:
     atexit.register(lambda: print("atexit ran", flush=True))
 if "--thread" in sys.argv:
     sys.argv.remove("--thread")
-    threading.Thread(target=lambda: (time.sleep(0.5), print("thread ended", flush=True))).start()
+    def outlive_main():     # alive whatever main() takes (a fixed sleep raced a loaded machine)
+        while threading.main_thread().is_alive():
+            time.sleep(0.05)
+        print("thread ended", flush=True)
+    threading.Thread(target=outlive_main).start()
 sys.exit(cli.main())
 """
 
