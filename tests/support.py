@@ -89,7 +89,8 @@ def tfcluster_tasks() -> list[psutil.Process]:
     return _marked(b"TFCLUSTER_RUN_ID=")
 
 
-def wait_gone(predicate=tfcluster_tasks, timeout: float = 10.0) -> list[psutil.Process]:
+def wait_gone(predicate: Callable[[], list] = tfcluster_tasks, timeout: float = 10.0) -> list:
+    """What ``predicate`` still finds once it found nothing or ``timeout`` passed."""
     deadline = time.monotonic() + timeout
     left = predicate()
     while left and time.monotonic() < deadline:

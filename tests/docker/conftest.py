@@ -5,12 +5,11 @@ container or a network behind."""
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
 from docker_support import BUILD_TIMES, IMAGE, SSH_IMAGE
 from infra.docker_engine import DockerEngine, missing_prerequisites, start_engine
-from support import nothing_left_on
+from support import nothing_left_on, wait_gone
 
 
 @pytest.fixture(scope="session")
@@ -48,11 +47,7 @@ def ssh_image(engine: DockerEngine, image: str) -> str:
 
 def _left_on(engine: DockerEngine) -> dict[str, list[str]]:
     """Containers (given 10 s to go) and networks the tests made."""
-    deadline = time.monotonic() + 10
-    left = engine.containers()
-    while left and time.monotonic() < deadline:
-        time.sleep(0.2)
-        left = engine.containers()
+    left = wait_gone(engine.containers, timeout=10)
     nets = [n for n in engine.lines("network", "ls", "--format", "{{.Name}}")
             if n not in ("host", "none", "bridge")]
     return {"containers": left, "networks": nets}

@@ -4,11 +4,10 @@ that no test leaves a job (an allocation, a batch job) in it."""
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
 from infra.slurm_cluster import SlurmCluster, missing_programs
-from support import nothing_left_on
+from support import nothing_left_on, wait_gone
 
 
 @pytest.fixture(scope="session")
@@ -37,12 +36,7 @@ def slurm_env(slurm_cluster, monkeypatch):
 
 def _left_in(cluster: SlurmCluster) -> dict[str, list[str]]:
     """Jobs squeue still shows once a cancelled one had 30 s to end."""
-    deadline = time.monotonic() + 30
-    left = cluster.jobs()
-    while left and time.monotonic() < deadline:
-        time.sleep(0.3)
-        left = cluster.jobs()
-    return {"jobs": left}
+    return {"jobs": wait_gone(cluster.jobs, timeout=30)}
 
 
 def _cancel(cluster: SlurmCluster, left: dict) -> None:
