@@ -105,12 +105,11 @@ def allocation_for(reservation: Reservation, o: SlurmOptions) -> Allocation:
 def _check_allocation_level(resources: Mapping[str, Resources], o: SlurmOptions) -> None:
     """One allocation has one partition and one time limit: a role may not differ."""
     default = resources.get("default", Resources())
-    for name, given, fallback in (("partition", o.partition, default.partition),
-                                  ("time", o.time, default.time)):
-        wanted = given or fallback
+    for name, given, of in (("partition", o.partition, lambda r: r.partition),
+                            ("time", o.time, lambda r: r.time)):
+        wanted = given or of(default)
         for role in ROLES:
-            res = resources.get(role, Resources())
-            value = res.partition if name == "partition" else res.time
+            value = of(resources.get(role, Resources()))
             if value is not None and value != wanted:
                 raise SpecError(f"resources.{role}.{name}",
                                 f"the Slurm backend runs every task in one allocation with "

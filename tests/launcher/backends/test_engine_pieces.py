@@ -101,3 +101,22 @@ def test_kubernetes_submit_applies_the_objects_the_dry_run_shows(tmp_path, monke
 def test_kubernetes_plain_jobs_keep_their_launcher(tmp_path):
     attached, _ = prepared(tmp_path, "kubernetes", kubernetes={"mode": "plain"})
     assert submitter(attached) is None
+
+
+def test_slurm_takes_one_partition_and_time_for_the_whole_allocation(tmp_path):
+    """A role's own partition or time limit is refused unless it is the allocation's (from
+    the slurm section, else resources.default); resources.default's is the allocation's."""
+    from launcher.errors import SpecError
+
+    for resources, field in (({"worker": {"time": "10"}}, "resources.worker.time"),
+                             ({"default": {"partition": "a"}, "ps": {"partition": "b"}},
+                              "resources.ps.partition")):
+        with pytest.raises(SpecError, match=f"^{field}: the Slurm backend runs every task in "
+                                            "one allocation"):
+            prepared(tmp_path, "slurm", resources=resources)
+    attached, _ = prepared(tmp_path, "slurm", resources={"default": {"partition": "a"},
+                                                          "worker": {"partition": "a"}})
+    assert "--partition=a" in attached.allocation.options
+    attached, _ = prepared(tmp_path, "slurm", slurm={"time": "30"},
+                           resources={"chief": {"time": "30"}})
+    assert "--time=30" in attached.allocation.options
